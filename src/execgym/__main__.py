@@ -1,0 +1,5 @@
+"""``python -m execgym`` runs the command line."""
+
+from execgym.cli import main
+
+main()

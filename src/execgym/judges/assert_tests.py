@@ -1,0 +1,127 @@
+"""The judge for assert-style tasks (HumanEval, MBPP): program + tests + ``check()``."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from importlib import resources
+
+from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.limits import Limits
+from execgym.sandbox.base import RunResult, Sandbox, Status
+from execgym.tasks.models import Task
+
+_RUN_STATUS_VERDICT = {
+    Status.TIME_LIMIT: Verdict.TIMEOUT,
+    Status.MEMORY_LIMIT: Verdict.MEMORY_EXCEEDED,
+    Status.OUTPUT_LIMIT: Verdict.OUTPUT_EXCEEDED,
+    Status.SANDBOX_ERROR: Verdict.SANDBOX_ERROR,
+}
+_REPORTED = {v.value: v for v in (Verdict.PASSED, Verdict.FAILED, Verdict.ERROR,
+                                  Verdict.MEMORY_EXCEEDED)}
+
+
+def _runner_source() -> bytes:
+    return resources.files("execgym.judges").joinpath("_assert_runner.py").read_bytes()
+
+
+def python_command(script: str, executable: str | None = None) -> list[str]:
+    """The argv that runs ``script`` with a Python interpreter inside a sandbox.
+
+    Args:
+        script: Path of the script, relative to the sandbox's work dir.
+        executable: The interpreter; the one running execgym by default. Symlinks are
+            resolved, so a virtual environment's interpreter runs as its base.
+
+    The interpreter is started isolated (``-I``: no environment variables, no user
+    site), without ``site`` (``-S``: no site-packages and no ``.pth`` files, which cost
+    tens of milliseconds per start) and in UTF-8 mode, so only the standard library is
+    importable.
+    """
+    resolved = os.path.realpath(executable or sys.executable)
+    return [resolved, "-I", "-S", "-B", "-X", "utf8", script]
+
+
+def build_program(task: Task, completion: str) -> str:
+    """The program under test: the task's prompt followed by the completion."""
+    return task.prompt + completion
+
+
+def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
+    """Return the harness's report if it carries our nonce, else ``None``."""
+    tag = nonce.encode("ascii") + b"\n"
+    start = report.rfind(tag)
+    if start < 0:
+        return None
+    line = report[start + len(tag):].split(b"\n", 1)[0]
+    try:
+        payload = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or payload.get("verdict") not in _REPORTED:
+        return None
+    return payload
+
+
+def _tail(data: bytes, limit: int = 2000) -> str:
+    return data[-limit:].decode("utf-8", errors="replace")
+
+
+def interpret_run(run: RunResult, nonce: str) -> Judgement:
+    """Turn a sandbox run of the assert harness into a :class:`Judgement`.
+
+    Our own kills and the kernel's OOM killer decide first; otherwise the verdict comes
+    from the harness's nonce-tagged report, and a run without one is an ``error``,
+    never a pass (for example ``sys.exit(0)`` before the asserts).
+    """
+    if run.status in _RUN_STATUS_VERDICT:
+        return Judgement(_RUN_STATUS_VERDICT[run.status], run, message=run.message)
+    payload = _parse_report(run.report, nonce)
+    if payload is not None and run.status is Status.OK:
+        verdict = _REPORTED[payload["verdict"]]
+        if verdict is Verdict.PASSED:
+            return Judgement(verdict, run)
+        error = ErrorDetail(payload.get("type", ""), payload.get("message", ""),
+                            payload.get("traceback", ""))
+        return Judgement(verdict, run, error=error, message=f"{error.type}: {error.message}")
+    how = run.message or "exited with code 0"
+    message = f"the program ended before the tests finished ({how}); no test report"
+    stderr = _tail(run.stderr)
+    last_line = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    error = ErrorDetail(last_line.split(":", 1)[0] if last_line else "NoReport",
+                        message, stderr)
+    return Judgement(Verdict.ERROR, run, error=error, message=message)
+
+
+class AssertJudge:
+    """Judge HumanEval/MBPP-style tasks: run prompt + completion + tests + ``check()``.
+
+    The program runs in the sandbox under :mod:`execgym.judges._assert_runner`, which
+    reports through fd 3 with a fresh random nonce per run.
+    """
+
+    name = "assert"
+
+    def __init__(self) -> None:
+        self._runner = _runner_source()
+
+    async def judge(self, task: Task, completion: str, sandbox: Sandbox,
+                    limits: Limits) -> Judgement:
+        """Run one rollout's completion against ``task``'s tests in ``sandbox``.
+
+        Returns:
+            The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
+        """
+        nonce = secrets.token_hex(16)
+        job = {"nonce": nonce, "program": build_program(task, completion),
+               "tests": task.tests, "entry_point": task.entry_point}
+        run = await sandbox.run(
+            python_command("runner.py"),
+            stdin=json.dumps(job).encode("utf-8"),
+            files={"runner.py": self._runner},
+            limits=limits,
+            want_report=True,
+        )
+        return interpret_run(run, nonce)

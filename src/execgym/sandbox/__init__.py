@@ -1,0 +1,47 @@
+"""Sandboxes: run untrusted programs with limits, and report what happened as data.
+
+>>> from execgym.sandbox import create_sandbox, Status   # doctest: +SKIP
+>>> box = create_sandbox("bwrap")                         # doctest: +SKIP
+>>> result = await box.run(["/usr/bin/echo", "hi"])       # doctest: +SKIP
+>>> result.status is Status.OK, result.stdout             # doctest: +SKIP
+(True, b'hi\\n')
+"""
+
+from __future__ import annotations
+
+from execgym.errors import ConfigError
+from execgym.sandbox.base import RunResult, Sandbox, Status
+from execgym.sandbox.bwrap import BubblewrapSandbox
+from execgym.sandbox.unisolated import UnisolatedSandbox
+
+ISOLATIONS = ("bwrap", "none")
+"""Backend names accepted by :func:`create_sandbox`."""
+
+
+def create_sandbox(isolation: str = "bwrap") -> Sandbox:
+    """Return the sandbox backend called ``isolation``.
+
+    Args:
+        isolation: ``"bwrap"`` (default: namespaces) or ``"none"`` (no isolation, for
+            development only; every result is marked ``isolation: none``).
+
+    Raises:
+        SandboxUnavailable: if the backend cannot run here; the message says how to fix it.
+        ConfigError: if ``isolation`` is not a known backend name.
+    """
+    if isolation == "bwrap":
+        return BubblewrapSandbox()
+    if isolation == "none":
+        return UnisolatedSandbox()
+    raise ConfigError(f"unknown isolation {isolation!r}; choose one of {list(ISOLATIONS)}")
+
+
+__all__ = [
+    "ISOLATIONS",
+    "BubblewrapSandbox",
+    "RunResult",
+    "Sandbox",
+    "Status",
+    "UnisolatedSandbox",
+    "create_sandbox",
+]

@@ -1,0 +1,323 @@
+"""Per-run cgroups, v2 or v1, detected at run time.
+
+A run gets its own cgroup below the cgroup execgym itself runs in, so that memory,
+process count and CPU time are limited and measured for the whole process tree, and the
+tree can be killed as one. Hosts differ: most have cgroup v2 (one unified hierarchy);
+some, like CI machines here, mount the v1 controllers ``memory``, ``pids`` and
+``cpuacct`` separately; an ordinary user often has no writable cgroup at all. Then
+:func:`detect_cgroups` says why, and the sandbox falls back to rlimits and says so in
+every result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from execgym.limits import Limits
+
+_V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+_counter = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupHost:
+    """What this host lets us do with cgroups.
+
+    Attributes:
+        version: 2, 1, or ``None`` when no usable hierarchy is writable.
+        parents: Directory under which run cgroups are made, per controller (v1) or
+            under the key ``"unified"`` (v2).
+        reason: Why cgroups are unusable, when ``version`` is ``None``; for humans.
+    """
+
+    version: int | None
+    parents: dict[str, Path] = field(default_factory=dict)
+    reason: str = ""
+
+
+def _read_mountinfo() -> list[tuple[str, str, str, str]]:
+    """Return (root, mount point, fstype, super options) for each cgroup mount."""
+    mounts = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            left, _, right = line.partition(" - ")
+            parts, rparts = left.split(), right.split()
+            if len(parts) >= 5 and len(rparts) >= 3 and rparts[0] in ("cgroup", "cgroup2"):
+                mounts.append((parts[3], parts[4], rparts[0], rparts[2]))
+    return mounts
+
+
+def _own_cgroups() -> dict[str, str]:
+    """Map each controller (or ``""`` for v2) to the path of our own cgroup."""
+    own: dict[str, str] = {}
+    with open("/proc/self/cgroup", encoding="utf-8") as handle:
+        for line in handle:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for name in controllers.split(",") if controllers else [""]:
+                own[name] = path
+    return own
+
+
+def _inside(mount_root: str, mount_point: str, path: str) -> Path:
+    relative = path[len(mount_root):] if path.startswith(mount_root) else path
+    return Path(mount_point) / relative.lstrip("/")
+
+
+def _probe_writable(parent: Path) -> bool:
+    probe = parent / f"execgym-probe-{os.getpid()}-{next(_counter)}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        probe.rmdir()
+    return True
+
+
+def _detect_v2(mounts: list[tuple[str, str, str, str]], own: dict[str, str]) -> CgroupHost:
+    unified = [m for m in mounts if m[2] == "cgroup2"]
+    for root, point, _, _ in unified:
+        base = _inside(root, point, own.get("", "/"))
+        available = (base / "cgroup.controllers").read_text().split() if (
+            base / "cgroup.controllers").exists() else []
+        if "memory" not in available or "pids" not in available:
+            continue
+        if not _enable_v2_controllers(base):
+            return CgroupHost(None, reason=(
+                f"cgroup v2 at {base} cannot delegate memory and pids to child cgroups "
+                "(other processes share our cgroup); run execgym in its own systemd scope "
+                "with Delegate=yes, e.g. `systemd-run --user --scope -p Delegate=yes execgym ...`"
+            ))
+        if _probe_writable(base):
+            return CgroupHost(2, {"unified": base})
+        return CgroupHost(None, reason=f"cgroup v2 at {base} is not writable by this user")
+    return CgroupHost(None, reason="no cgroup v2 hierarchy with the memory and pids controllers")
+
+
+def _enable_v2_controllers(base: Path) -> bool:
+    """Enable memory, pids and cpu for children of ``base``; move us to a leaf if needed."""
+    control = base / "cgroup.subtree_control"
+    wanted = "+memory +pids +cpu" if "cpu" in (base / "cgroup.controllers").read_text() else (
+        "+memory +pids")
+    try:
+        control.write_text(wanted)
+        return True
+    except OSError as error:
+        if error.errno != errno.EBUSY:
+            return False
+    # The "no internal processes" rule: a cgroup with processes cannot hand controllers
+    # to its children. If we are alone in it, move ourselves into a leaf and retry.
+    members = (base / "cgroup.procs").read_text().split()
+    if members != [str(os.getpid())]:
+        return False
+    leaf = base / f"execgym-supervisor-{os.getpid()}"
+    try:
+        leaf.mkdir(exist_ok=True)
+        (leaf / "cgroup.procs").write_text(str(os.getpid()))
+        control.write_text(wanted)
+    except OSError:
+        return False
+    return True
+
+
+def _detect_v1(mounts: list[tuple[str, str, str, str]], own: dict[str, str]) -> CgroupHost:
+    parents: dict[str, Path] = {}
+    for controller in _V1_CONTROLLERS:
+        for root, point, fstype, options in mounts:
+            if fstype == "cgroup" and controller in options.split(","):
+                parents[controller] = _inside(root, point, own.get(controller, "/"))
+                break
+    missing = [name for name in ("memory", "pids") if name not in parents]
+    if missing:
+        return CgroupHost(None, reason=f"cgroup v1 controller(s) {missing} are not mounted")
+    if not all(_probe_writable(parent) for parent in parents.values()):
+        return CgroupHost(None, reason=(
+            "cgroup v1 hierarchies are not writable by this user (run as root, or on a "
+            "cgroup v2 host with a delegated subtree)"))
+    return CgroupHost(1, parents)
+
+
+@cache
+def detect_cgroups() -> CgroupHost:
+    """Find the strongest usable cgroup setup on this host, once per process.
+
+    Returns:
+        A :class:`CgroupHost`; ``version`` is ``None`` with a reason when none is usable.
+    """
+    try:
+        mounts, own = _read_mountinfo(), _own_cgroups()
+    except OSError as error:
+        return CgroupHost(None, reason=f"cannot read cgroup information: {error}")
+    if any(fstype == "cgroup2" and point == "/sys/fs/cgroup" for _, point, fstype, _ in mounts):
+        return _detect_v2(mounts, own)
+    host = _detect_v1(mounts, own)
+    if host.version is None:
+        v2 = _detect_v2(mounts, own)
+        if v2.version is not None:
+            return v2
+    return host
+
+
+def _write(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+    except OSError:
+        return False
+    return True
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_keyed(path: Path, key: str) -> int | None:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class RunCgroup:
+    """The cgroup(s) of one run: created with limits, joined by the child, then removed.
+
+    Use :meth:`create`; it returns ``None`` when the host has no usable cgroups.
+    """
+
+    def __init__(self, host: CgroupHost, dirs: dict[str, Path]) -> None:
+        self.version = host.version
+        self.dirs = dirs
+        self.enforced: dict[str, str] = {}
+
+    @classmethod
+    def create(cls, limits: Limits) -> RunCgroup | None:
+        """Make a fresh cgroup for one run and apply ``limits`` to it.
+
+        Returns:
+            The cgroup, or ``None`` if this host has no usable cgroups.
+
+        Raises:
+            OSError: if the cgroup directory cannot be made although detection said it
+                could (the caller reports a sandbox error).
+        """
+        host = detect_cgroups()
+        if host.version is None:
+            return None
+        name = f"execgym-{os.getpid()}-{next(_counter)}"
+        dirs = {key: parent / name for key, parent in host.parents.items()}
+        made: list[Path] = []
+        try:
+            for path in dirs.values():
+                path.mkdir()
+                made.append(path)
+        except OSError:
+            for path in made:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            raise
+        group = cls(host, dirs)
+        group._apply(limits)
+        return group
+
+    def _apply(self, limits: Limits) -> None:
+        tag = f"cgroup-v{self.version}"
+        if self.version == 2:
+            base = self.dirs["unified"]
+            if _write(base / "memory.max", str(limits.memory_bytes)):
+                self.enforced["memory_bytes"] = tag
+            _write(base / "memory.swap.max", "0")
+            if _write(base / "pids.max", str(limits.max_processes)):
+                self.enforced["max_processes"] = tag
+            return
+        memory = self.dirs["memory"]
+        _write(memory / "memory.swappiness", "0")
+        if _write(memory / "memory.limit_in_bytes", str(limits.memory_bytes)):
+            self.enforced["memory_bytes"] = tag
+            _write(memory / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
+        if _write(self.dirs["pids"] / "pids.max", str(limits.max_processes)):
+            self.enforced["max_processes"] = tag
+
+    @property
+    def measures_cpu(self) -> bool:
+        """Whether :meth:`cpu_time_s` covers the whole tree."""
+        return self.version == 2 or "cpuacct" in self.dirs
+
+    def procs_files(self) -> list[str]:
+        """Paths of the ``cgroup.procs`` files a new child writes its pid into."""
+        return [str(path / "cgroup.procs") for path in self.dirs.values()]
+
+    def cpu_time_s(self) -> float | None:
+        """CPU seconds (user + system) used by every process of the run so far."""
+        if self.version == 2:
+            usec = _read_keyed(self.dirs["unified"] / "cpu.stat", "usage_usec")
+            return None if usec is None else usec / 1e6
+        if "cpuacct" in self.dirs:
+            nsec = _read_int(self.dirs["cpuacct"] / "cpuacct.usage")
+            return None if nsec is None else nsec / 1e9
+        return None
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak memory of the run in bytes, or ``None`` if the kernel does not say."""
+        if self.version == 2:
+            return _read_int(self.dirs["unified"] / "memory.peak")
+        return _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the run for exceeding memory."""
+        if self.version == 2:
+            count = _read_keyed(self.dirs["unified"] / "memory.events", "oom_kill")
+            return bool(count)
+        memory = self.dirs["memory"]
+        count = _read_keyed(memory / "memory.oom_control", "oom_kill")
+        if count is not None:
+            return count > 0
+        return bool(_read_int(memory / "memory.failcnt"))
+
+    def _members(self) -> list[int]:
+        pids: set[int] = set()
+        for path in self.dirs.values():
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(p) for p in (path / "cgroup.procs").read_text().split())
+        return sorted(pids)
+
+    def kill(self) -> None:
+        """SIGKILL every process of the run, including any that forked or setsid'ed."""
+        if self.version == 2 and _write(self.dirs["unified"] / "cgroup.kill", "1"):
+            return
+        for _ in range(100):
+            members = self._members()
+            if not members:
+                return
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.001)
+
+    def remove(self) -> None:
+        """Kill what is left and delete the cgroup directories (retried briefly)."""
+        self.kill()
+        for path in self.dirs.values():
+            for attempt in range(200):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if attempt % 10 == 0:
+                        self.kill()
+                    time.sleep(0.005)

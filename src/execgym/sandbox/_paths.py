@@ -1,0 +1,24 @@
+"""File names from users never escape the work dir."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from execgym.errors import TaskError
+
+
+def safe_relative(name: str) -> PurePosixPath:
+    """Check a user-supplied file name and return it as a relative path.
+
+    Raises:
+        TaskError: if the name is empty, absolute, contains ``..``, a NUL byte, or a
+            backslash: such a name could point outside the work dir.
+    """
+    if not name or "\x00" in name or "\\" in name:
+        raise TaskError(f"file name {name!r} is empty or has a NUL byte or backslash")
+    path = PurePosixPath(name)
+    if path.is_absolute() or any(part in ("..", "") for part in path.parts) or path == PurePosixPath("."):
+        raise TaskError(
+            f"file name {name!r} must be relative and stay inside the work dir (no '..')"
+        )
+    return path

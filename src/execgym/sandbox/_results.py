@@ -1,0 +1,85 @@
+"""Turn a raw :class:`ProcessOutcome` into a :class:`RunResult` with a :class:`Status`."""
+
+from __future__ import annotations
+
+import os
+import signal as signals
+from collections.abc import Mapping
+
+from execgym.sandbox._process import ProcessOutcome
+from execgym.sandbox.base import RunResult, Status
+
+_KILL_STATUS = {
+    "wall_time_s": Status.TIME_LIMIT,
+    "cpu_time_s": Status.TIME_LIMIT,
+    "max_output_bytes": Status.OUTPUT_LIMIT,
+}
+
+
+def _exit_and_signal(wait_status: int, *, shifted_signals: bool) -> tuple[int | None, int | None]:
+    if os.WIFSIGNALED(wait_status):
+        return None, os.WTERMSIG(wait_status)
+    code = os.WEXITSTATUS(wait_status)
+    # bwrap reports a child killed by signal N as exit code 128 + N.
+    if shifted_signals and 128 < code < 128 + 65:
+        return None, code - 128
+    return code, None
+
+
+def interpret(outcome: ProcessOutcome, *, isolation: str, enforcement: Mapping[str, str],
+              shifted_signals: bool = False) -> RunResult:
+    """Decide how a run ended: our kills first, then the OOM killer, then the exit.
+
+    Args:
+        outcome: What the process tree did.
+        isolation: The backend's name, copied into the result.
+        enforcement: How each limit was enforced, copied into the result.
+        shifted_signals: The launcher reports signal N as exit code 128 + N (bwrap).
+    """
+    exit_code, signal = _exit_and_signal(outcome.wait_status, shifted_signals=shifted_signals)
+    limit_hit = outcome.killed_for
+    message = ""
+    if limit_hit is not None:
+        status = _KILL_STATUS[limit_hit]
+        message = f"killed: {limit_hit} exceeded"
+        exit_code = None
+    elif outcome.oom_killed:
+        status, limit_hit, exit_code = Status.MEMORY_LIMIT, "memory_bytes", None
+        message = "killed by the kernel: memory_bytes exceeded"
+    elif signal == signals.SIGXCPU:
+        status, limit_hit, message = Status.TIME_LIMIT, "cpu_time_s", "killed: cpu rlimit"
+    elif signal == signals.SIGXFSZ:
+        status, limit_hit = Status.SIGNALED, "max_file_bytes"
+        message = "killed: a file grew past max_file_bytes"
+    elif signal is not None:
+        status, message = Status.SIGNALED, f"died on signal {signals.Signals(signal).name}"
+    elif exit_code == 0:
+        status = Status.OK
+    else:
+        status, message = Status.RUNTIME_ERROR, f"exited with code {exit_code}"
+    return RunResult(
+        status=status,
+        exit_code=exit_code,
+        signal=signal,
+        stdout=outcome.stdout,
+        stderr=outcome.stderr,
+        stdout_truncated=outcome.stdout_truncated,
+        stderr_truncated=outcome.stderr_truncated,
+        report=outcome.report,
+        wall_time_s=outcome.wall_time_s,
+        cpu_time_s=outcome.cpu_time_s,
+        peak_memory_bytes=outcome.peak_memory_bytes,
+        isolation=isolation,
+        limit_hit=limit_hit,
+        enforcement=dict(enforcement),
+        message=message,
+    )
+
+
+def sandbox_error(isolation: str, message: str) -> RunResult:
+    """A result for a run we could not carry out; it says nothing about the code."""
+    return RunResult(
+        status=Status.SANDBOX_ERROR, exit_code=None, signal=None, stdout=b"", stderr=b"",
+        stdout_truncated=False, stderr_truncated=False, wall_time_s=0.0, cpu_time_s=0.0,
+        peak_memory_bytes=None, isolation=isolation, message=message,
+    )

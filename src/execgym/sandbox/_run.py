@@ -1,0 +1,88 @@
+"""The life of one run, shared by every backend: cgroup, rlimits, spawn, reap, clean up."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from execgym.limits import Limits
+from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
+from execgym.sandbox._process import ProcessSpec, run_process
+from execgym.sandbox._results import interpret, sandbox_error
+from execgym.sandbox._rlimits import rlimits_for
+from execgym.sandbox.base import RunResult
+
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "PYTHONUTF8": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+"""The whole environment of a sandboxed program, before per-run additions.
+
+UTF-8 is forced so that a correct program printing non-ASCII text never fails on the
+host's locale; nothing from the host's own environment is passed in.
+"""
+
+
+async def run_contained(
+    argv: Sequence[str],
+    *,
+    isolation: str,
+    env: Mapping[str, str],
+    stdin: bytes,
+    limits: Limits,
+    fd_map: Mapping[int, int],
+    want_report: bool,
+    cwd: str | None = None,
+    enforcement: Mapping[str, str] | None = None,
+    shifted_signals: bool = False,
+) -> RunResult:
+    """Run ``argv`` in a fresh cgroup (when the host has one) and reclaim everything.
+
+    Args:
+        argv: The launcher command (for example ``bwrap ... -- python ...``).
+        isolation: Name of the backend, for the result.
+        env: The complete environment of the launcher.
+        stdin: Bytes for stdin.
+        limits: The run's limits.
+        fd_map: Extra descriptors, ``{fd in child: fd in parent}``.
+        want_report: Collect the report channel on fd 3.
+        cwd: Host-side working directory of the launcher.
+        enforcement: How the backend itself enforces limits (network, disk...).
+        shifted_signals: The launcher reports signal N as exit code 128 + N.
+
+    Returns:
+        The :class:`RunResult`; a failure to set the run up is a ``SANDBOX_ERROR``
+        result, never an exception, so one broken run never sinks a batch.
+    """
+    try:
+        cgroup = RunCgroup.create(limits)
+    except OSError as error:
+        return sandbox_error(isolation, f"could not create the run's cgroup: {error}")
+    cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
+    rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
+    measured = {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"} if (
+        cgroup and cgroup.measures_cpu) else {}
+    how = {
+        "wall_time_s": "timer + kill of the whole tree",
+        "max_output_bytes": "capture cap + kill",
+        **rlimit_enforced, **measured, **cgroup_enforced, **(enforcement or {}),
+    }
+    if cgroup is None:
+        how["cgroup"] = f"none: {detect_cgroups().reason}"
+    spec = ProcessSpec(
+        argv=argv, env=env, stdin=stdin, cwd=cwd, rlimits=rlimits, cgroup=cgroup,
+        fd_map=fd_map, want_report=want_report, wall_time_s=limits.wall_time_s,
+        cpu_time_s=limits.cpu_time_s, max_output_bytes=limits.max_output_bytes,
+    )
+    try:
+        outcome = await run_process(spec)
+    except OSError as error:
+        return sandbox_error(isolation, f"could not start the sandbox: {error}")
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+    return interpret(outcome, isolation=isolation, enforcement=how,
+                     shifted_signals=shifted_signals)

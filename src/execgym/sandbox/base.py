@@ -1,0 +1,106 @@
+"""The sandbox contract: how a run ended (:class:`Status`), what it used
+(:class:`RunResult`), and the :class:`Sandbox` protocol every backend implements."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from execgym.limits import DEFAULT_LIMITS, Limits
+
+
+class Status(enum.Enum):
+    """How a run ended. Only ``SANDBOX_ERROR`` is about us; the rest are about the code."""
+
+    OK = "ok"  # exited with code 0
+    RUNTIME_ERROR = "runtime_error"  # exited with a non-zero code
+    SIGNALED = "signaled"  # died on a signal we did not send
+    TIME_LIMIT = "time_limit"  # we killed it: wall or CPU budget spent
+    MEMORY_LIMIT = "memory_limit"  # OOM-killed inside its cgroup
+    OUTPUT_LIMIT = "output_limit"  # we killed it: too much stdout or stderr
+    SANDBOX_ERROR = "sandbox_error"  # we could not run it; says nothing about the code
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What happened to one process tree (modelled on isolate's meta file).
+
+    Attributes:
+        status: How the run ended.
+        exit_code: The exit code, or ``None`` unless the program exited by itself.
+        signal: The signal that ended it, if any (including ours, ``SIGKILL`` = 9).
+        stdout: Captured stdout, at most ``Limits.max_output_bytes`` bytes.
+        stderr: Captured stderr, at most ``Limits.max_output_bytes`` bytes.
+        stdout_truncated: Whether more stdout was written than was kept.
+        stderr_truncated: Whether more stderr was written than was kept.
+        report: Bytes written to the harness report channel (fd 3 in the sandbox), when
+            the run asked for one; ``b""`` otherwise.
+        wall_time_s: Seconds from start to exit.
+        cpu_time_s: User + system CPU seconds of the whole tree (cgroup) or of the
+            processes that were waited for (rusage).
+        peak_memory_bytes: Peak memory of the run, or ``None`` if it cannot be measured.
+        limit_hit: The :class:`~execgym.limits.Limits` field that ended the run, if any.
+        isolation: The backend's name: ``"bwrap"`` or ``"none"``.
+        enforcement: For each limit, how it was enforced on this host, for example
+            ``{"memory_bytes": "cgroup-v1", "cpu_time_s": "rlimit (per process)"}``;
+            ``"not enforced"`` where nothing enforces it.
+        message: For humans, never parsed.
+    """
+
+    status: Status
+    exit_code: int | None
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    wall_time_s: float
+    cpu_time_s: float
+    peak_memory_bytes: int | None
+    isolation: str
+    report: bytes = b""
+    limit_hit: str | None = None
+    enforcement: Mapping[str, str] = field(default_factory=dict)
+    message: str = ""
+
+
+class Sandbox(Protocol):
+    """A place to run untrusted programs, one fresh, fully reclaimed environment per run.
+
+    Implementations: :class:`~execgym.sandbox.bwrap.BubblewrapSandbox` (namespaces) and
+    :class:`~execgym.sandbox.unisolated.UnisolatedSandbox` (no isolation, development
+    only).
+    """
+
+    name: str
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run ``argv`` in a fresh work dir holding ``files`` and return what happened.
+
+        Args:
+            argv: The program and its arguments; never run through a shell.
+            stdin: Bytes the program reads on stdin; empty means ``/dev/null``.
+            files: Relative file names and contents put in the work dir first.
+            limits: Resource limits for this run.
+            env: Extra environment variables; the host's environment never leaks in.
+            want_report: Open the harness report channel on fd 3 and return what is
+                written to it in ``RunResult.report``.
+
+        Returns:
+            A :class:`RunResult`; what the program did is data, never an exception.
+
+        Raises:
+            SandboxSetupFailed: if the run could not be set up at all.
+        """
+        ...

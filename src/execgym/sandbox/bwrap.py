@@ -1,0 +1,154 @@
+"""The default sandbox: Linux namespaces through bubblewrap (``bwrap``).
+
+Each run gets fresh PID, network, IPC, UTS, cgroup and mount namespaces (and a user
+namespace when started by an ordinary user), a read-only view of ``/usr`` and of the
+interpreter's own prefix and nothing else from the host, a private tmpfs work dir
+(``/work``) and ``/tmp`` of ``Limits.disk_bytes`` each, and runs as uid 65534 with no
+capabilities and ``no_new_privs``. When bwrap is started by root it sets up the
+namespaces privileged and ``setpriv`` drops to host uid 65534 before the program starts,
+so the program is unprivileged on the host too, not merely inside a user namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from execgym.errors import SandboxUnavailable, TaskError
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox._paths import safe_relative
+from execgym.sandbox._process import memfd_with
+from execgym.sandbox._results import sandbox_error
+from execgym.sandbox._run import BASE_ENV, run_contained
+from execgym.sandbox.base import RunResult
+
+SANDBOX_UID = 65534
+"""The uid (and gid) programs run as inside the sandbox ("nobody")."""
+
+WORK_DIR = "/work"
+"""The program's working directory inside the sandbox: a private, writable tmpfs."""
+
+_FIRST_FILE_FD = 10
+_INSTALL_HINT = (
+    "bubblewrap (bwrap) is not installed. Install it with `sudo apt-get install bubblewrap` "
+    "(Debian/Ubuntu) or `sudo dnf install bubblewrap` (Fedora), or pass --isolation none "
+    "to run WITHOUT isolation on a development machine."
+)
+
+
+def _system_binds() -> list[str]:
+    """Bind /usr read-only and recreate the merged-/usr symlinks (or bind real dirs)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), f"/{name}"]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), f"/{name}"]
+    return args
+
+
+def interpreter_paths() -> list[str]:
+    """Host directories the current Python interpreter needs, outside ``/usr``."""
+    prefixes = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}
+    return sorted(p for p in prefixes if not p.startswith("/usr/") and p != "/usr")
+
+
+class BubblewrapSandbox:
+    """Run each program in fresh namespaces with bubblewrap; see the module docstring.
+
+    Args:
+        read_only_paths: Host directories to expose read-only at the same path, in
+            addition to ``/usr``; by default the current interpreter's prefix.
+        bwrap_path: The ``bwrap`` binary; found on PATH by default.
+
+    Raises:
+        SandboxUnavailable: if bwrap (or, as root, setpriv) is missing, with the
+            command that installs it.
+    """
+
+    name = "bwrap"
+
+    def __init__(self, *, read_only_paths: Sequence[str] | None = None,
+                 bwrap_path: str | None = None) -> None:
+        found = bwrap_path or shutil.which("bwrap")
+        if found is None:
+            raise SandboxUnavailable(_INSTALL_HINT)
+        self._bwrap = found
+        self._as_root = os.geteuid() == 0
+        self._setpriv = shutil.which("setpriv") if self._as_root else None
+        if self._as_root and self._setpriv is None:
+            raise SandboxUnavailable(
+                "running as root needs setpriv (util-linux) to drop to an unprivileged uid; "
+                "install it with `apt-get install util-linux`")
+        paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
+        self._read_only = [os.path.realpath(p) for p in paths]
+
+    def _argv(self, argv: Sequence[str], limits: Limits, file_args: list[str]) -> list[str]:
+        command = [self._bwrap, "--die-with-parent", "--new-session", "--unshare-pid",
+                   "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                   "--hostname", "sandbox"]
+        if not self._as_root:
+            command += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+                        "--disable-userns"]
+        command += _system_binds()
+        for path in self._read_only:
+            command += ["--ro-bind", path, path]
+        size = str(limits.disk_bytes)
+        command += ["--proc", "/proc", "--dev", "/dev",
+                    "--size", size, "--perms", "1777", "--tmpfs", "/tmp",
+                    "--size", size, "--perms", "0777", "--tmpfs", WORK_DIR,
+                    *file_args, "--chdir", WORK_DIR, "--"]
+        if self._as_root:
+            ids = str(SANDBOX_UID)
+            command += [self._setpriv or "setpriv", "--reuid", ids, "--regid", ids,
+                        "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+                        "--no-new-privs", "--"]
+        return command + list(argv)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run ``argv`` in a fresh bubblewrap sandbox; see :meth:`Sandbox.run`.
+
+        Raises:
+            TaskError: if a file name would escape the work dir.
+        """
+        fd_map: dict[int, int] = {}
+        file_args: list[str] = []
+        dirs: set[str] = set()
+        try:
+            for offset, (name, content) in enumerate((files or {}).items()):
+                relative = safe_relative(name)
+                for parent in reversed(relative.parents[:-1]):
+                    if str(parent) not in dirs:
+                        dirs.add(str(parent))
+                        file_args += ["--perms", "0777", "--dir", f"{WORK_DIR}/{parent}"]
+                fd_map[_FIRST_FILE_FD + offset] = memfd_with(content, "execgym-file")
+                file_args += ["--perms", "0666", "--file", str(_FIRST_FILE_FD + offset),
+                              f"{WORK_DIR}/{relative}"]
+            full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+            return await run_contained(
+                self._argv(argv, limits, file_args), isolation=self.name, env=full_env,
+                stdin=stdin, limits=limits, fd_map=fd_map, want_report=want_report,
+                shifted_signals=True,
+                enforcement={"network": "network namespace (loopback only)",
+                             "disk_bytes": "tmpfs size"},
+            )
+        except TaskError:
+            raise
+        except OSError as error:
+            return sandbox_error(self.name, f"could not prepare the sandbox: {error}")
+        finally:
+            for fd in fd_map.values():
+                os.close(fd)

@@ -1,0 +1,70 @@
+"""No isolation at all: for development machines without bubblewrap. Opt-in only.
+
+Programs run as the caller, with the caller's file system and network; only the
+limits are applied (cgroup where writable, rlimits otherwise). Every result says
+``isolation: "none"`` and a warning is logged when the backend is created.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox._paths import safe_relative
+from execgym.sandbox._results import sandbox_error
+from execgym.sandbox._run import BASE_ENV, run_contained
+from execgym.sandbox.base import RunResult
+
+log = logging.getLogger(__name__)
+
+WARNING = (
+    "isolation 'none': untrusted code runs as YOU, with your files and network. "
+    "Use it only for development; install bubblewrap for real runs."
+)
+
+
+class UnisolatedSandbox:
+    """Run each program as a plain child process in a fresh temp dir. NOT isolated."""
+
+    name = "none"
+
+    def __init__(self) -> None:
+        log.warning(WARNING)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run ``argv`` in a fresh temp dir without isolation; see :meth:`Sandbox.run`.
+
+        Raises:
+            TaskError: if a file name would escape the work dir.
+        """
+        relatives = {safe_relative(name): content for name, content in (files or {}).items()}
+        work = tempfile.mkdtemp(prefix="execgym-none-")
+        try:
+            for relative, content in relatives.items():
+                target = Path(work) / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            full_env = {**BASE_ENV, "HOME": work, "TMPDIR": work, **(env or {})}
+            return await run_contained(
+                argv, isolation=self.name, env=full_env, stdin=stdin, limits=limits,
+                fd_map={}, want_report=want_report, cwd=work,
+                enforcement={"network": "not enforced (isolation none)",
+                             "disk_bytes": "not enforced (isolation none)"},
+            )
+        except OSError as error:
+            return sandbox_error(self.name, f"could not prepare the work dir: {error}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,182 @@
+"""Score a batch of rollouts: judge each in its own sandbox, concurrently, and reward it.
+
+One bad rollout never sinks the batch: a malformed line or an unknown task becomes an
+``invalid`` result, a failure of ours a ``sandbox_error`` (retried once), and every
+result is handed to ``on_result`` as soon as it exists, so nothing already scored is
+lost if the run is interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from execgym.errors import Error
+from execgym.judges.assert_tests import AssertJudge
+from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.reward import binary_reward
+from execgym.sandbox.base import Sandbox
+from execgym.tasks.loaders import LineProblem, RolloutLine
+from execgym.tasks.models import Task
+
+log = logging.getLogger(__name__)
+
+TAIL_BYTES = 2000
+"""How much of the end of stdout and stderr each result keeps."""
+
+SANDBOX_ATTEMPTS = 2
+"""A ``sandbox_error`` is retried once; if it fails again, the reward is masked."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredRollout:
+    """The result for one rollout: one line of the results JSONL.
+
+    Attributes:
+        index: 0-based position of the rollout in its input (its line among non-blank
+            lines), so results can always be matched to rollouts.
+        task_id: The task.
+        rollout_id: The caller's id, or ``"<task_id>#<index>"`` when none was given.
+        verdict: The outcome.
+        reward: 1.0 or 0.0; ``None`` when masked (``sandbox_error``, ``invalid``).
+        judgement: The judge's evidence (``None`` for invalid input).
+        isolation: The sandbox backend, ``"none"`` when not isolated.
+        attempts: Sandbox runs made (2 when a sandbox error was retried).
+        message: Why, for humans.
+    """
+
+    index: int
+    task_id: str
+    rollout_id: str
+    verdict: Verdict
+    reward: float | None
+    judgement: Judgement | None
+    isolation: str
+    attempts: int = 1
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object written to the results file (one line per rollout)."""
+        run = self.judgement.run if self.judgement else None
+        error = self.judgement.error if self.judgement else None
+        return {
+            "index": self.index,
+            "task_id": self.task_id,
+            "rollout_id": self.rollout_id,
+            "verdict": self.verdict.value,
+            "reward": self.reward,
+            "wall_time_s": round(run.wall_time_s, 4) if run else None,
+            "cpu_time_s": round(run.cpu_time_s, 4) if run else None,
+            "peak_memory_bytes": run.peak_memory_bytes if run else None,
+            "exit_code": run.exit_code if run else None,
+            "signal": run.signal if run else None,
+            "limit_hit": run.limit_hit if run else None,
+            "stdout_tail": _tail(run.stdout) if run else "",
+            "stderr_tail": _tail(run.stderr) if run else "",
+            "stdout_truncated": run.stdout_truncated if run else False,
+            "stderr_truncated": run.stderr_truncated if run else False,
+            "error": None if error is None else {
+                "type": error.type, "message": error.message, "traceback": error.traceback},
+            "message": self.message,
+            "isolation": self.isolation,
+            "attempts": self.attempts,
+        }
+
+
+def _tail(data: bytes) -> str:
+    return data[-TAIL_BYTES:].decode("utf-8", errors="replace")
+
+
+def _invalid(index: int, task_id: str, rollout_id: str, message: str,
+             isolation: str) -> ScoredRollout:
+    return ScoredRollout(index, task_id, rollout_id, Verdict.INVALID, None,
+                         Judgement(Verdict.INVALID, message=message,
+                                   error=ErrorDetail("InvalidInput", message)),
+                         isolation, attempts=0, message=message)
+
+
+class Scorer:
+    """Judges rollouts against tasks in a sandbox, with limits and retries.
+
+    Args:
+        tasks: ``{task_id: Task}``.
+        sandbox: Where programs run.
+        limits: Limits for every run, overridden per task by ``Task.limits``.
+    """
+
+    def __init__(self, tasks: dict[str, Task], sandbox: Sandbox,
+                 limits: Limits = DEFAULT_LIMITS) -> None:
+        self.tasks = tasks
+        self.sandbox = sandbox
+        self.limits = limits
+        self.judge = AssertJudge()
+
+    async def score_one(self, item: RolloutLine | LineProblem) -> ScoredRollout:
+        """Score one rollout (or turn an unusable line into an ``invalid`` result)."""
+        isolation = self.sandbox.name
+        if isinstance(item, LineProblem):
+            return _invalid(item.index, "", f"line-{item.line_number}", str(item), isolation)
+        rollout = item.rollout
+        rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"
+        task = self.tasks.get(rollout.task_id)
+        if task is None:
+            return _invalid(item.index, rollout.task_id, rollout_id,
+                            f"unknown task_id {rollout.task_id!r}: no such task in the tasks "
+                            "file; check the rollout's task_id", isolation)
+        judgement: Judgement | None = None
+        attempt = 0
+        for attempt in range(1, SANDBOX_ATTEMPTS + 1):  # noqa: B007 - attempt is reported
+            try:
+                limits = task.limits_over(self.limits)
+                judgement = await self.judge.judge(task, rollout.completion, self.sandbox, limits)
+            except Error as error:
+                return _invalid(item.index, task.task_id, rollout_id, str(error), isolation)
+            except Exception as error:  # our bug: never the model's fault, never a 0
+                log.exception("judge_crashed task_id=%s", task.task_id)
+                judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"internal error: {error!r}")
+            if judgement.verdict is not Verdict.SANDBOX_ERROR:
+                break
+            log.warning("sandbox_error task_id=%s attempt=%d: %s", task.task_id, attempt,
+                        judgement.message)
+        assert judgement is not None  # the loop runs at least once
+        return ScoredRollout(
+            index=item.index, task_id=task.task_id, rollout_id=rollout_id,
+            verdict=judgement.verdict, reward=binary_reward(judgement.verdict),
+            judgement=judgement,
+            isolation=judgement.run.isolation if judgement.run else isolation,
+            attempts=attempt, message=judgement.message,
+        )
+
+    async def score(self, items: Iterable[RolloutLine | LineProblem], *, workers: int | None = None,
+                    on_result: Callable[[ScoredRollout], None] | None = None,
+                    ) -> list[ScoredRollout]:
+        """Score every item with ``workers`` sandboxes at once (default: CPU count).
+
+        Args:
+            items: Rollouts (and unusable lines) in input order; read lazily.
+            workers: Sandboxes running at once.
+            on_result: Called with each result as soon as it is ready.
+
+        Returns:
+            All results, in input order.
+        """
+        count = max(1, workers or os.cpu_count() or 1)
+        iterator = iter(items)
+        results: list[ScoredRollout] = []
+
+        async def worker() -> None:
+            for item in iterator:  # shared iterator: each item is taken by one worker
+                result = await self.score_one(item)
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(count):
+                group.create_task(worker())
+        return sorted(results, key=lambda r: r.index)

