@@ -1,72 +1,89 @@
-"""The assert-test harness, run INSIDE the sandbox with only the standard library.
+"""The assert-test harness, run INSIDE the sandbox with no imports beyond ``os`` and ``sys``.
 
-Protocol: it reads one JSON job from stdin (``nonce``, ``program``, ``tests``,
-``entry_point``), so stdin is at EOF before any untrusted code runs. It executes the
-program (prompt + completion), then the tests, then ``check(<entry_point>)``, and writes
-one report to fd 3: the nonce on the first line, then a JSON object with ``verdict``
-(``passed``, ``failed``, ``error`` or ``memory_exceeded``) and, for the last three, the
-exception's ``type``, ``message`` and ``traceback``. It then leaves with ``os._exit(0)``
-so no ``atexit`` hook or ``__del__`` of the solution runs after the report.
+Protocol: stdin holds one job: a header line ``EXECGYM1 <nonce> <entry_point>
+<program bytes> <tests bytes>`` followed by the program (prompt + completion) and the
+test code, both UTF-8. The harness reads all of it, so stdin is at EOF before any
+untrusted code runs. It executes the program, then the tests, then
+``check(<entry_point>)``, and writes one report to fd 3: the nonce on the first line,
+then a JSON object with ``verdict`` (``passed``, ``failed``, ``error`` or
+``memory_exceeded``) and, for the last three, the exception's ``type``, ``message`` and
+``traceback``. It then leaves with ``os._exit(0)`` so that no ``atexit`` hook or
+``__del__`` of the solution runs after the report.
 
 A run that never writes a report (``sys.exit(0)`` or ``os._exit(0)`` before the
-asserts, a crash, a kill) is never a pass: the judge requires this report. Every
-function the report needs is bound here, before the solution runs, so monkeypatching
-``os``, ``json`` or ``builtins`` afterwards does not change it.
+asserts, a crash, a kill) is never a pass: the judge requires this report. Everything the
+report needs is bound here before the solution runs, so monkeypatching ``os``, ``json``
+or ``builtins`` afterwards does not change it. The harness imports nothing else (not
+even ``json`` or ``traceback``, which cost about 10 ms of start-up each) so that a
+rollout pays only for the modules its own code imports.
 """
 
-import json
-import linecache
 import os
 import sys
-import traceback
 
 _write = os.write
 _exit = os._exit
-_dumps = json.dumps
-_format = traceback.format_exception
-_isinstance = isinstance
-_str = str
 _type = type
+_str = str
+_len = len
 _REPORT_FD = 3
 _FILENAME = "solution.py"
+_ESCAPES = {i: "\\u%04x" % i for i in range(32)}
+_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
 
 
-def _describe(error, verdict):
-    frames = _format(_type(error), error, error.__traceback__)
-    # Drop this harness's own frames: keep the line "Traceback..." and what follows ours.
-    kept = [frames[0]] + [f for f in frames[1:] if 'runner.py", line' not in f]
-    return {
-        "verdict": verdict,
-        "type": _type(error).__name__,
-        "message": _str(error)[:2000],
-        "traceback": "".join(kept)[-8000:],
-    }
+def _json_string(text):
+    return '"' + _str(text).translate(_ESCAPES) + '"'
 
 
-def _report(nonce, payload):
-    _write(_REPORT_FD, nonce + b"\n" + _dumps(payload).encode("utf-8") + b"\n")
+def _traceback(error, lines):
+    """Format a traceback like the standard one, showing only the solution's frames."""
+    out = ["Traceback (most recent call last):\n"]
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == _FILENAME:
+            out.append('  File "%s", line %d, in %s\n' % (_FILENAME, tb.tb_lineno, code.co_name))
+            if 0 < tb.tb_lineno <= _len(lines):
+                out.append("    " + lines[tb.tb_lineno - 1].strip() + "\n")
+        tb = tb.tb_next
+    detail = _str(error)
+    out.append(_type(error).__name__ + (": " + detail if detail else "") + "\n")
+    return "".join(out)[-8000:]
+
+
+def _report(nonce, verdict, error=None, lines=()):
+    fields = ['"verdict": ' + _json_string(verdict)]
+    if error is not None:
+        fields.append('"type": ' + _json_string(_type(error).__name__))
+        fields.append('"message": ' + _json_string(_str(error)[:2000]))
+        fields.append('"traceback": ' + _json_string(_traceback(error, lines)))
+    body = "{" + ", ".join(fields) + "}"
+    _write(_REPORT_FD, nonce + b"\n" + body.encode("utf-8", "backslashreplace") + b"\n")
     _exit(0)
 
 
 def main():
-    job = json.loads(sys.stdin.buffer.read())
-    nonce = job.pop("nonce").encode("ascii")
+    data = sys.stdin.buffer.read()
+    header, _, rest = data.partition(b"\n")
+    _, nonce, entry_point, program_size, tests_size = header.split(b" ")
+    program_size, tests_size = int(program_size), int(tests_size)
+    program = rest[:program_size].decode("utf-8", "replace")
+    tests = rest[program_size:program_size + tests_size].decode("utf-8", "replace")
     sys.stdin.close()
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - the solution may read stdin: it sees EOF
+    sys.stdin = open(os.devnull)  # the solution may read stdin: it sees EOF
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    source = job["program"] + "\n\n" + job["tests"] + "\n\ncheck(" + job["entry_point"] + ")\n"
-    # Register the source so that tracebacks show the failing lines.
-    linecache.cache[_FILENAME] = (len(source), None, source.splitlines(True), _FILENAME)
+    source = program + "\n\n" + tests + "\n\ncheck(" + entry_point.decode("ascii") + ")\n"
+    lines = source.splitlines()
     try:
-        code = compile(source, _FILENAME, "exec")
-        exec(code, namespace)
+        exec(compile(source, _FILENAME, "exec"), namespace)
     except AssertionError as error:
-        _report(nonce, _describe(error, "failed"))
+        _report(nonce, "failed", error, lines)
     except MemoryError as error:
-        _report(nonce, _describe(error, "memory_exceeded"))
+        _report(nonce, "memory_exceeded", error, lines)
     except BaseException as error:  # SystemExit and KeyboardInterrupt too: never a pass
-        _report(nonce, _describe(error, "error"))
-    _report(nonce, {"verdict": "passed"})
+        _report(nonce, "error", error, lines)
+    _report(nonce, "passed")
 
 
 main()

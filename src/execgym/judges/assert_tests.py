@@ -49,6 +49,14 @@ def build_program(task: Task, completion: str) -> str:
     return task.prompt + completion
 
 
+def encode_job(nonce: str, entry_point: str, program: str, tests: str) -> bytes:
+    """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`)."""
+    program_bytes = program.encode("utf-8", "surrogatepass")
+    tests_bytes = tests.encode("utf-8", "surrogatepass")
+    header = f"EXECGYM1 {nonce} {entry_point} {len(program_bytes)} {len(tests_bytes)}\n"
+    return header.encode("ascii") + program_bytes + tests_bytes
+
+
 def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
     """Return the harness's report if it carries our nonce, else ``None``."""
     tag = nonce.encode("ascii") + b"\n"
@@ -57,7 +65,7 @@ def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
         return None
     line = report[start + len(tag):].split(b"\n", 1)[0]
     try:
-        payload = json.loads(line)
+        payload = json.loads(line.decode("utf-8", errors="replace"))
     except ValueError:
         return None
     if not isinstance(payload, dict) or payload.get("verdict") not in _REPORTED:
@@ -115,11 +123,10 @@ class AssertJudge:
             The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
         """
         nonce = secrets.token_hex(16)
-        job = {"nonce": nonce, "program": build_program(task, completion),
-               "tests": task.tests, "entry_point": task.entry_point}
         run = await sandbox.run(
             python_command("runner.py"),
-            stdin=json.dumps(job).encode("utf-8"),
+            stdin=encode_job(nonce, task.entry_point, build_program(task, completion),
+                             task.tests),
             files={"runner.py": self._runner},
             limits=limits,
             want_report=True,

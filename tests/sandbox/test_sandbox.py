@@ -1,0 +1,246 @@
+"""The sandbox contract, over every backend, and what only bwrap guarantees."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from execgym.errors import ConfigError, SandboxUnavailable, TaskError
+from execgym.limits import Limits, MiB
+from execgym.sandbox import BubblewrapSandbox, Status, create_sandbox
+from execgym.sandbox._cgroup import detect_cgroups
+from tests.conftest import python
+
+
+def _our_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _run_cgroups() -> list[Path]:
+    host = detect_cgroups()
+    return [p for parent in host.parents.values() for p in parent.glob(f"execgym-{os.getpid()}-*")]
+
+
+async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
+    result = await sandbox.run(python("import sys; print('out'); print('err', file=sys.stderr)"))
+    assert result.status is Status.OK
+    assert result.exit_code == 0
+    assert result.stdout == b"out\n"
+    assert result.stderr == b"err\n"
+    assert result.isolation == sandbox.name
+    assert result.wall_time_s > 0
+    assert result.cpu_time_s > 0
+    assert result.peak_memory_bytes and result.peak_memory_bytes > 1 * MiB
+
+
+async def test_nonzero_exit_is_a_runtime_error(sandbox) -> None:
+    result = await sandbox.run(python("raise SystemExit(3)"))
+    assert result.status is Status.RUNTIME_ERROR
+    assert result.exit_code == 3
+
+
+async def test_files_stdin_and_report_channel(sandbox) -> None:
+    code = ("import os, sys; data = open('dir/in.txt').read(); "
+            "os.write(3, b'report:' + sys.stdin.buffer.read()); print(data)")
+    result = await sandbox.run(python(code), stdin=b"from stdin", files={"dir/in.txt": b"hello"},
+                               want_report=True)
+    assert result.status is Status.OK, result.stderr
+    assert result.stdout == b"hello\n"
+    assert result.report == b"report:from stdin"
+
+
+async def test_empty_stdin_is_dev_null(sandbox) -> None:
+    result = await sandbox.run(python("input()"), limits=Limits(wall_time_s=5))
+    assert result.status is Status.RUNTIME_ERROR
+    assert b"EOFError" in result.stderr
+    assert result.wall_time_s < 2
+
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "", "a\\b", "a\x00b"])
+async def test_file_names_cannot_escape_the_work_dir(sandbox, name: str) -> None:
+    with pytest.raises(TaskError, match="file name"):
+        await sandbox.run(python("pass"), files={name: b"x"})
+
+
+async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> None:
+    marker = f"execgym-test-{uuid.uuid4().hex}"
+    code = ("import os, subprocess\n"
+            f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
+            "start_new_session=True)\n"
+            f"os.execv('/usr/bin/sleep', ['{marker}', '300'])\n")
+    started = time.monotonic()
+    result = await sandbox.run(python(code), limits=Limits(wall_time_s=1))
+    assert time.monotonic() - started < 1 + 1
+    assert result.status is Status.TIME_LIMIT
+    assert result.limit_hit == "wall_time_s"
+    assert _our_processes(marker) == []
+
+
+async def test_busy_loop_is_a_time_limit(sandbox) -> None:
+    result = await sandbox.run(python("while True: pass"), limits=Limits(wall_time_s=1))
+    assert result.status is Status.TIME_LIMIT
+    assert result.cpu_time_s > 0.5
+
+
+async def test_output_flood_is_cut_and_reported(sandbox) -> None:
+    code = "import sys\nwhile True: sys.stdout.write('x' * 65536)"
+    result = await sandbox.run(python(code), limits=Limits(max_output_bytes=100_000, wall_time_s=5))
+    assert result.status is Status.OUTPUT_LIMIT
+    assert result.limit_hit == "max_output_bytes"
+    assert len(result.stdout) == 100_000
+    assert result.stdout_truncated
+
+
+async def test_binary_and_invalid_utf8_output_is_kept_as_bytes(sandbox) -> None:
+    result = await sandbox.run(python("import sys; sys.stdout.buffer.write(b'ok\\n\\xff\\x00')"))
+    assert result.status is Status.OK
+    assert result.stdout == b"ok\n\xff\x00"
+
+
+async def test_memory_limit_is_enforced_by_cgroup(sandbox, needs_cgroup) -> None:
+    code = "x = bytearray(2 * 1024 ** 3)\nprint(len(x))"
+    result = await sandbox.run(python(code), limits=Limits(memory_bytes=256 * MiB))
+    assert result.status is Status.MEMORY_LIMIT
+    assert result.limit_hit == "memory_bytes"
+    assert result.enforcement["memory_bytes"].startswith("cgroup-v")
+    assert result.stdout == b""
+
+
+async def test_fork_bomb_is_contained_by_the_pids_limit(sandbox, needs_cgroup) -> None:
+    code = ("import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+            "            import time; time.sleep(30)\n        n += 1\n"
+            "except OSError:\n    print('stopped at', n)\n")
+    result = await sandbox.run(python(code), limits=Limits(max_processes=16, wall_time_s=5))
+    assert result.status is Status.OK, result
+    assert int(result.stdout.split()[-1]) < 16
+
+
+async def test_no_cgroup_or_process_survives_a_run(sandbox, needs_cgroup) -> None:
+    marker = f"execgym-test-{uuid.uuid4().hex}"
+    code = ("import subprocess\n"
+            f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
+            "start_new_session=True)\n")
+    result = await sandbox.run(python(code))
+    assert result.status is Status.OK
+    assert _our_processes(marker) == []
+    assert _run_cgroups() == []
+
+
+async def test_every_result_says_how_limits_were_enforced(sandbox) -> None:
+    result = await sandbox.run(python("pass"))
+    for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "max_processes",
+                 "max_output_bytes", "max_file_bytes", "max_open_files", "network",
+                 "disk_bytes"):
+        assert name in result.enforcement, name
+
+
+async def test_bwrap_runs_unprivileged_in_a_minimal_root(bwrap_sandbox) -> None:
+    code = ("import os, json; print(json.dumps([os.getuid(), os.getgid(), os.getgroups(), "
+            "sorted(os.listdir('/')), os.getcwd(), os.getpid()]))")
+    result = await bwrap_sandbox.run(python(code))
+    assert result.status is Status.OK, result.stderr
+    import json
+
+    uid, gid, groups, root, cwd, pid = json.loads(result.stdout)
+    assert (uid, gid, groups) == (65534, 65534, [])
+    assert cwd == "/work"
+    assert pid < 10  # a fresh PID namespace
+    assert "home" not in root
+    assert "etc" not in root
+
+
+async def test_bwrap_program_has_no_capabilities(bwrap_sandbox) -> None:
+    code = "print([l for l in open('/proc/self/status') if l.startswith(('CapEff', 'NoNewPrivs'))])"
+    result = await bwrap_sandbox.run(python(code))
+    assert b"CapEff:\\t0000000000000000" in result.stdout
+    assert b"NoNewPrivs:\\t1" in result.stdout
+
+
+async def test_bwrap_hides_the_host_environment(bwrap_sandbox, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    result = await bwrap_sandbox.run(python("import os; print(sorted(os.environ))"),
+                                     env={"ASKED_FOR": "1"})
+    assert b"OPENAI_API_KEY" not in result.stdout
+    assert b"ASKED_FOR" in result.stdout
+    result = await bwrap_sandbox.run(python("print(open('/proc/1/environ','rb').read())"))
+    assert b"sk-test-secret" not in result.stdout + result.stderr
+
+
+async def test_bwrap_cannot_read_host_files(bwrap_sandbox) -> None:
+    checkout = Path(__file__).resolve().parents[2]
+    for path in ("/etc/shadow", "/etc/passwd", str(checkout / "pyproject.toml"), "/root/.bashrc"):
+        result = await bwrap_sandbox.run(python(f"print(open({path!r}).read())"))
+        assert result.status is Status.RUNTIME_ERROR, path
+        assert b"Error" in result.stderr
+
+
+async def test_bwrap_cannot_reach_a_server_on_the_hosts_loopback(bwrap_sandbox) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+    server.settimeout(3)
+
+    def accept() -> None:
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    code = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), 2)\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused', e)\n" % port)
+    result = await bwrap_sandbox.run(python(code))
+    thread.join(4)
+    server.close()
+    assert b"refused" in result.stdout
+    assert accepted == []
+
+
+async def test_bwrap_work_dir_is_private_per_run(bwrap_sandbox) -> None:
+    first = await bwrap_sandbox.run(python("open('/tmp/left', 'w').write('x'); open('kept','w')"))
+    assert first.status is Status.OK
+    second = await bwrap_sandbox.run(python("import os; print(os.listdir('.'), os.listdir('/tmp'))"))
+    assert second.stdout == b"[] []\n"
+
+
+async def test_bwrap_disk_is_limited_by_tmpfs_size(bwrap_sandbox) -> None:
+    code = ("f = open('big', 'wb')\ntry:\n    while True: f.write(b'x' * 1048576); f.flush()\n"
+            "except OSError as e:\n    print(e.errno)\n")
+    result = await bwrap_sandbox.run(python(code), limits=Limits(disk_bytes=8 * MiB,
+                                                                 max_file_bytes=64 * MiB))
+    assert result.status is Status.OK, result
+    assert result.stdout.strip() == b"28"  # ENOSPC
+
+
+def test_missing_bwrap_says_how_to_install_it(monkeypatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        BubblewrapSandbox()
+
+
+def test_unknown_isolation_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="bwrap"):
+        create_sandbox("docker")
+
+
+async def test_none_backend_marks_results_unisolated(none_sandbox, caplog) -> None:
+    result = await none_sandbox.run(python("print(1)"))
+    assert result.isolation == "none"
+    assert result.enforcement["network"].startswith("not enforced")
