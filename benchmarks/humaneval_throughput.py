@@ -36,10 +36,15 @@ def plain(tasks, workers: int) -> float:
     argv = python_command("-")[:-1]  # same interpreter and flags, program on stdin
 
     def one(task) -> bool:
-        program = (build_program(task, task.reference) + "\n\n" + task.tests
-                   + f"\n\ncheck({task.entry_point})\n")
-        done = subprocess.run([*argv, "-"], input=program.encode(), capture_output=True,
-                              timeout=10, check=False)
+        program = (
+            build_program(task, task.reference)
+            + "\n\n"
+            + task.tests
+            + f"\n\ncheck({task.entry_point})\n"
+        )
+        done = subprocess.run(
+            [*argv, "-"], input=program.encode(), capture_output=True, timeout=10, check=False
+        )
         return done.returncode == 0
 
     started = time.perf_counter()
@@ -56,17 +61,23 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     tasks = load_dataset("humaneval")
-    print(f"interpreter: {python_command('x')[0]} (from {sys.executable}); "
-          f"{args.workers} at once; {len(tasks)} tasks; {args.rounds} rounds")
+    print(
+        f"interpreter: {python_command('x')[0]} (from {sys.executable}); "
+        f"{args.workers} at once; {len(tasks)} tasks; {args.rounds} rounds"
+    )
     box, bare = [], []
     for round_no in range(1, args.rounds + 1):
         bare.append(plain(tasks, args.workers))
         box.append(sandboxed(tasks, args.workers))
-        print(f"round {round_no}: plain subprocess.run {bare[-1]:6.1f} rollouts/s   "
-              f"bwrap sandbox {box[-1]:6.1f} rollouts/s")
+        print(
+            f"round {round_no}: plain subprocess.run {bare[-1]:6.1f} rollouts/s   "
+            f"bwrap sandbox {box[-1]:6.1f} rollouts/s"
+        )
     b, p = statistics.median(box), statistics.median(bare)
-    print(f"median: plain {p:.1f} rollouts/s, bwrap {b:.1f} rollouts/s, "
-          f"ratio bwrap/plain = {b / p:.2f}")
+    print(
+        f"median: plain {p:.1f} rollouts/s, bwrap {b:.1f} rollouts/s, "
+        f"ratio bwrap/plain = {b / p:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -8,8 +8,16 @@ from execgym.limits import DEFAULT_LIMITS, GiB, Limits, MiB, parse_size
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("4096", 4096), (4096, 4096), ("512MiB", 512 * MiB), ("2GiB", 2 * GiB), ("1.5G", int(1.5 * GiB)),
-     ("256m", 256 * MiB), ("1MB", 1_000_000), (" 3 KiB ", 3072)],
+    [
+        ("4096", 4096),
+        (4096, 4096),
+        ("512MiB", 512 * MiB),
+        ("2GiB", 2 * GiB),
+        ("1.5G", int(1.5 * GiB)),
+        ("256m", 256 * MiB),
+        ("1MB", 1_000_000),
+        (" 3 KiB ", 3072),
+    ],
 )
 def test_parse_size_reads_units(text: str | int, expected: int) -> None:
     assert parse_size(text) == expected

@@ -44,14 +44,16 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     return ks
 
 
-def _load_inputs(tasks_path: str | None, rollouts_path: str | None, dataset: str | None,
-                 solutions: str | None) -> tuple[dict[str, Task], list[RolloutLine | LineProblem]]:
+def _load_inputs(
+    tasks_path: str | None, rollouts_path: str | None, dataset: str | None, solutions: str | None
+) -> tuple[dict[str, Task], list[RolloutLine | LineProblem]]:
     if dataset and tasks_path:
         raise click.UsageError("give either --dataset or a TASKS file, not both")
     if not dataset and not tasks_path:
         raise click.UsageError(
             "nothing to score: give TASKS.jsonl ROLLOUTS.jsonl, or --dataset humaneval "
-            "--solutions canonical")
+            "--solutions canonical"
+        )
     if dataset:
         tasks = load_dataset(dataset)
     else:
@@ -79,32 +81,87 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("tasks_path", metavar="[TASKS]", required=False,
-                type=click.Path(exists=True, dir_okay=False))
-@click.argument("rollouts_path", metavar="[ROLLOUTS]", required=False,
-                type=click.Path(exists=True, dir_okay=False))
-@click.option("--dataset", type=click.Choice(DATASETS), help="A built-in data set instead of TASKS.")
-@click.option("--solutions", type=click.Choice(["canonical"]),
-              help="Score the tasks' reference solutions instead of ROLLOUTS.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              default="results.jsonl", show_default=True,
-              help="Results JSONL, one line per rollout, written as they finish.")
-@click.option("--isolation", type=click.Choice(ISOLATIONS), default="bwrap", show_default=True,
-              help="Sandbox backend; 'none' runs code UNISOLATED (development only).")
-@click.option("--timeout", "wall_time_s", type=float, default=DEFAULT_LIMITS.wall_time_s,
-              show_default=True, help="Wall-clock seconds per rollout (tasks may override).")
-@click.option("--cpu-time", "cpu_time_s", type=float, default=None,
-              help="CPU seconds per rollout [default: same as --timeout].")
-@click.option("--memory", "memory", default="512MiB", show_default=True,
-              help="Memory per rollout, e.g. 256MiB or 1GiB (tasks may override).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Sandboxes at once [default: CPU count].")
-@click.option("--k", "ks", default="1,10,100", show_default=True,
-              help="pass@k values to report (each shown when every task has k rollouts).")
-def score(tasks_path: str | None, rollouts_path: str | None, dataset: str | None,
-          solutions: str | None, output: str, isolation: str, wall_time_s: float,
-          cpu_time_s: float | None, memory: str, workers: int | None, ks: str) -> None:
-    """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
+@click.argument(
+    "tasks_path", metavar="[TASKS]", required=False, type=click.Path(exists=True, dir_okay=False)
+)
+@click.argument(
+    "rollouts_path",
+    metavar="[ROLLOUTS]",
+    required=False,
+    type=click.Path(exists=True, dir_okay=False),
+)
+@click.option(
+    "--dataset", type=click.Choice(DATASETS), help="A built-in data set instead of TASKS."
+)
+@click.option(
+    "--solutions",
+    type=click.Choice(["canonical"]),
+    help="Score the tasks' reference solutions instead of ROLLOUTS.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default="results.jsonl",
+    show_default=True,
+    help="Results JSONL, one line per rollout, written as they finish.",
+)
+@click.option(
+    "--isolation",
+    type=click.Choice(ISOLATIONS),
+    default="bwrap",
+    show_default=True,
+    help="Sandbox backend; 'none' runs code UNISOLATED (development only).",
+)
+@click.option(
+    "--timeout",
+    "wall_time_s",
+    type=float,
+    default=DEFAULT_LIMITS.wall_time_s,
+    show_default=True,
+    help="Wall-clock seconds per rollout (tasks may override).",
+)
+@click.option(
+    "--cpu-time",
+    "cpu_time_s",
+    type=float,
+    default=None,
+    help="CPU seconds per rollout [default: same as --timeout].",
+)
+@click.option(
+    "--memory",
+    "memory",
+    default="512MiB",
+    show_default=True,
+    help="Memory per rollout, e.g. 256MiB or 1GiB (tasks may override).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sandboxes at once [default: CPU count].",
+)
+@click.option(
+    "--k",
+    "ks",
+    default="1,10,100",
+    show_default=True,
+    help="pass@k values to report (each shown when every task has k rollouts).",
+)
+def score(
+    tasks_path: str | None,
+    rollouts_path: str | None,
+    dataset: str | None,
+    solutions: str | None,
+    output: str,
+    isolation: str,
+    wall_time_s: float,
+    cpu_time_s: float | None,
+    memory: str,
+    workers: int | None,
+    ks: str,
+) -> None:
+    r"""Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
     \b
     Examples:
@@ -113,8 +170,11 @@ def score(tasks_path: str | None, rollouts_path: str | None, dataset: str | None
     """
     k_values = _parse_ks(ks)
     try:
-        limits = Limits(wall_time_s=wall_time_s, cpu_time_s=cpu_time_s or wall_time_s,
-                        memory_bytes=parse_size(memory))
+        limits = Limits(
+            wall_time_s=wall_time_s,
+            cpu_time_s=cpu_time_s or wall_time_s,
+            memory_bytes=parse_size(memory),
+        )
         tasks, items = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
         sandbox = create_sandbox(isolation)
     except Error as error:
@@ -128,8 +188,9 @@ def score(tasks_path: str | None, rollouts_path: str | None, dataset: str | None
     click.echo(f"isolation: {isolation}; results: {output}")
 
 
-async def _score_with_progress(scorer: Scorer, items: list[RolloutLine | LineProblem],
-                               workers: int | None, sink: IO[str]) -> list[ScoredRollout]:
+async def _score_with_progress(
+    scorer: Scorer, items: list[RolloutLine | LineProblem], workers: int | None, sink: IO[str]
+) -> list[ScoredRollout]:
     from tqdm import tqdm
 
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn

@@ -6,7 +6,7 @@ memory, fail tests) is reported as data: see :class:`execgym.Verdict` and
 
 ::
 
-    Error
+Error:
     ├── ConfigError             bad settings or limits; raised at start-up
     ├── TaskError               a task, rollout or input file is invalid
     │   └── TaskNotFound        a data set or task id that does not exist

@@ -13,10 +13,17 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 _SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": KiB, "kb": 1000, "kib": KiB,
-    "m": MiB, "mb": 1000**2, "mib": MiB,
-    "g": GiB, "gb": 1000**3, "gib": GiB,
+    "": 1,
+    "b": 1,
+    "k": KiB,
+    "kb": 1000,
+    "kib": KiB,
+    "m": MiB,
+    "mb": 1000**2,
+    "mib": MiB,
+    "g": GiB,
+    "gb": 1000**3,
+    "gib": GiB,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -95,9 +102,7 @@ class Limits:
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"Limits.{field.name} must be a positive number, got {value!r}")
         if self.network not in ("none", "loopback"):
-            raise ConfigError(
-                f"Limits.network must be 'none' or 'loopback', got {self.network!r}"
-            )
+            raise ConfigError(f"Limits.network must be 'none' or 'loopback', got {self.network!r}")
 
     def merged(self, **overrides: object) -> Limits:
         """Return a copy with the given fields replaced; ``None`` values are ignored.

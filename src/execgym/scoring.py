@@ -80,8 +80,9 @@ class ScoredRollout:
             "stderr_tail": _tail(run.stderr) if run else "",
             "stdout_truncated": run.stdout_truncated if run else False,
             "stderr_truncated": run.stderr_truncated if run else False,
-            "error": None if error is None else {
-                "type": error.type, "message": error.message, "traceback": error.traceback},
+            "error": None
+            if error is None
+            else {"type": error.type, "message": error.message, "traceback": error.traceback},
             "message": self.message,
             "isolation": self.isolation,
             "attempts": self.attempts,
@@ -92,12 +93,20 @@ def _tail(data: bytes) -> str:
     return data[-TAIL_BYTES:].decode("utf-8", errors="replace")
 
 
-def _invalid(index: int, task_id: str, rollout_id: str, message: str,
-             isolation: str) -> ScoredRollout:
-    return ScoredRollout(index, task_id, rollout_id, Verdict.INVALID, None,
-                         Judgement(Verdict.INVALID, message=message,
-                                   error=ErrorDetail("InvalidInput", message)),
-                         isolation, attempts=0, message=message)
+def _invalid(
+    index: int, task_id: str, rollout_id: str, message: str, isolation: str
+) -> ScoredRollout:
+    return ScoredRollout(
+        index,
+        task_id,
+        rollout_id,
+        Verdict.INVALID,
+        None,
+        Judgement(Verdict.INVALID, message=message, error=ErrorDetail("InvalidInput", message)),
+        isolation,
+        attempts=0,
+        message=message,
+    )
 
 
 class Scorer:
@@ -109,8 +118,9 @@ class Scorer:
         limits: Limits for every run, overridden per task by ``Task.limits``.
     """
 
-    def __init__(self, tasks: dict[str, Task], sandbox: Sandbox,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, tasks: dict[str, Task], sandbox: Sandbox, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         self.tasks = tasks
         self.sandbox = sandbox
         self.limits = limits
@@ -125,12 +135,17 @@ class Scorer:
         rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"
         task = self.tasks.get(rollout.task_id)
         if task is None:
-            return _invalid(item.index, rollout.task_id, rollout_id,
-                            f"unknown task_id {rollout.task_id!r}: no such task in the tasks "
-                            "file; check the rollout's task_id", isolation)
+            return _invalid(
+                item.index,
+                rollout.task_id,
+                rollout_id,
+                f"unknown task_id {rollout.task_id!r}: no such task in the tasks "
+                "file; check the rollout's task_id",
+                isolation,
+            )
         judgement: Judgement | None = None
         attempt = 0
-        for attempt in range(1, SANDBOX_ATTEMPTS + 1):  # noqa: B007 - attempt is reported
+        for attempt in range(1, SANDBOX_ATTEMPTS + 1):
             try:
                 limits = task.limits_over(self.limits)
                 judgement = await self.judge.judge(task, rollout.completion, self.sandbox, limits)
@@ -141,20 +156,29 @@ class Scorer:
                 judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"internal error: {error!r}")
             if judgement.verdict is not Verdict.SANDBOX_ERROR:
                 break
-            log.warning("sandbox_error task_id=%s attempt=%d: %s", task.task_id, attempt,
-                        judgement.message)
+            log.warning(
+                "sandbox_error task_id=%s attempt=%d: %s", task.task_id, attempt, judgement.message
+            )
         assert judgement is not None  # the loop runs at least once
         return ScoredRollout(
-            index=item.index, task_id=task.task_id, rollout_id=rollout_id,
-            verdict=judgement.verdict, reward=binary_reward(judgement.verdict),
+            index=item.index,
+            task_id=task.task_id,
+            rollout_id=rollout_id,
+            verdict=judgement.verdict,
+            reward=binary_reward(judgement.verdict),
             judgement=judgement,
             isolation=judgement.run.isolation if judgement.run else isolation,
-            attempts=attempt, message=judgement.message,
+            attempts=attempt,
+            message=judgement.message,
         )
 
-    async def score(self, items: Iterable[RolloutLine | LineProblem], *, workers: int | None = None,
-                    on_result: Callable[[ScoredRollout], None] | None = None,
-                    ) -> list[ScoredRollout]:
+    async def score(
+        self,
+        items: Iterable[RolloutLine | LineProblem],
+        *,
+        workers: int | None = None,
+        on_result: Callable[[ScoredRollout], None] | None = None,
+    ) -> list[ScoredRollout]:
         """Score every item with ``workers`` sandboxes at once (default: CPU count).
 
         Args:

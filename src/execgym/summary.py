@@ -73,8 +73,9 @@ class Summary:
         return "\n".join(lines)
 
 
-def summarize(results: Iterable[ScoredRollout], elapsed_s: float,
-              ks: Sequence[int] = DEFAULT_KS) -> Summary:
+def summarize(
+    results: Iterable[ScoredRollout], elapsed_s: float, ks: Sequence[int] = DEFAULT_KS
+) -> Summary:
     """Summarize a batch: counts per verdict, pass@k by task, throughput.
 
     pass@k is the mean over tasks of :func:`pass_at_k`, reported for each k that

@@ -19,10 +19,19 @@ from execgym.sandbox.base import RunResult, Status
 
 def fake_result(status: Status = Status.OK, **fields: Any) -> RunResult:
     """A :class:`RunResult` with harmless defaults; ``fields`` override any attribute."""
-    base = RunResult(status=status, exit_code=0 if status is Status.OK else None, signal=None,
-                     stdout=b"", stderr=b"", stdout_truncated=False, stderr_truncated=False,
-                     wall_time_s=0.01, cpu_time_s=0.01, peak_memory_bytes=1 << 20,
-                     isolation="fake")
+    base = RunResult(
+        status=status,
+        exit_code=0 if status is Status.OK else None,
+        signal=None,
+        stdout=b"",
+        stderr=b"",
+        stdout_truncated=False,
+        stderr_truncated=False,
+        wall_time_s=0.01,
+        cpu_time_s=0.01,
+        peak_memory_bytes=1 << 20,
+        isolation="fake",
+    )
     return replace(base, **fields)
 
 

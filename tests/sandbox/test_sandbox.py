@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -44,7 +45,8 @@ async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
     assert result.isolation == sandbox.name
     assert result.wall_time_s > 0
     assert result.cpu_time_s > 0
-    assert result.peak_memory_bytes and result.peak_memory_bytes > 1 * MiB
+    assert result.peak_memory_bytes
+    assert result.peak_memory_bytes > 1 * MiB
 
 
 async def test_nonzero_exit_is_a_runtime_error(sandbox) -> None:
@@ -54,10 +56,13 @@ async def test_nonzero_exit_is_a_runtime_error(sandbox) -> None:
 
 
 async def test_files_stdin_and_report_channel(sandbox) -> None:
-    code = ("import os, sys; data = open('dir/in.txt').read(); "
-            "os.write(3, b'report:' + sys.stdin.buffer.read()); print(data)")
-    result = await sandbox.run(python(code), stdin=b"from stdin", files={"dir/in.txt": b"hello"},
-                               want_report=True)
+    code = (
+        "import os, sys; data = open('dir/in.txt').read(); "
+        "os.write(3, b'report:' + sys.stdin.buffer.read()); print(data)"
+    )
+    result = await sandbox.run(
+        python(code), stdin=b"from stdin", files={"dir/in.txt": b"hello"}, want_report=True
+    )
     assert result.status is Status.OK, result.stderr
     assert result.stdout == b"hello\n"
     assert result.report == b"report:from stdin"
@@ -78,10 +83,12 @@ async def test_file_names_cannot_escape_the_work_dir(sandbox, name: str) -> None
 
 async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> None:
     marker = f"execgym-test-{uuid.uuid4().hex}"
-    code = ("import os, subprocess\n"
-            f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
-            "start_new_session=True)\n"
-            f"os.execv('/usr/bin/sleep', ['{marker}', '300'])\n")
+    code = (
+        "import os, subprocess\n"
+        f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
+        "start_new_session=True)\n"
+        f"os.execv('/usr/bin/sleep', ['{marker}', '300'])\n"
+    )
     started = time.monotonic()
     result = await sandbox.run(python(code), limits=Limits(wall_time_s=1))
     assert time.monotonic() - started < 1 + 1
@@ -121,9 +128,11 @@ async def test_memory_limit_is_enforced_by_cgroup(sandbox, needs_cgroup) -> None
 
 
 async def test_fork_bomb_is_contained_by_the_pids_limit(sandbox, needs_cgroup) -> None:
-    code = ("import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
-            "            import time; time.sleep(30)\n        n += 1\n"
-            "except OSError:\n    print('stopped at', n)\n")
+    code = (
+        "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+        "            import time; time.sleep(30)\n        n += 1\n"
+        "except OSError:\n    print('stopped at', n)\n"
+    )
     result = await sandbox.run(python(code), limits=Limits(max_processes=16, wall_time_s=5))
     assert result.status is Status.OK, result
     assert int(result.stdout.split()[-1]) < 16
@@ -131,9 +140,11 @@ async def test_fork_bomb_is_contained_by_the_pids_limit(sandbox, needs_cgroup) -
 
 async def test_no_cgroup_or_process_survives_a_run(sandbox, needs_cgroup) -> None:
     marker = f"execgym-test-{uuid.uuid4().hex}"
-    code = ("import subprocess\n"
-            f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
-            "start_new_session=True)\n")
+    code = (
+        "import subprocess\n"
+        f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
+        "start_new_session=True)\n"
+    )
     result = await sandbox.run(python(code))
     assert result.status is Status.OK
     assert _our_processes(marker) == []
@@ -142,15 +153,25 @@ async def test_no_cgroup_or_process_survives_a_run(sandbox, needs_cgroup) -> Non
 
 async def test_every_result_says_how_limits_were_enforced(sandbox) -> None:
     result = await sandbox.run(python("pass"))
-    for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "max_processes",
-                 "max_output_bytes", "max_file_bytes", "max_open_files", "network",
-                 "disk_bytes"):
+    for name in (
+        "wall_time_s",
+        "cpu_time_s",
+        "memory_bytes",
+        "max_processes",
+        "max_output_bytes",
+        "max_file_bytes",
+        "max_open_files",
+        "network",
+        "disk_bytes",
+    ):
         assert name in result.enforcement, name
 
 
 async def test_bwrap_runs_unprivileged_in_a_minimal_root(bwrap_sandbox) -> None:
-    code = ("import os, json; print(json.dumps([os.getuid(), os.getgid(), os.getgroups(), "
-            "sorted(os.listdir('/')), os.getcwd(), os.getpid()]))")
+    code = (
+        "import os, json; print(json.dumps([os.getuid(), os.getgid(), os.getgroups(), "
+        "sorted(os.listdir('/')), os.getcwd(), os.getpid()]))"
+    )
     result = await bwrap_sandbox.run(python(code))
     assert result.status is Status.OK, result.stderr
     import json
@@ -172,8 +193,9 @@ async def test_bwrap_program_has_no_capabilities(bwrap_sandbox) -> None:
 
 async def test_bwrap_hides_the_host_environment(bwrap_sandbox, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
-    result = await bwrap_sandbox.run(python("import os; print(sorted(os.environ))"),
-                                     env={"ASKED_FOR": "1"})
+    result = await bwrap_sandbox.run(
+        python("import os; print(sorted(os.environ))"), env={"ASKED_FOR": "1"}
+    )
     assert b"OPENAI_API_KEY" not in result.stdout
     assert b"ASKED_FOR" in result.stdout
     result = await bwrap_sandbox.run(python("print(open('/proc/1/environ','rb').read())"))
@@ -197,15 +219,15 @@ async def test_bwrap_cannot_reach_a_server_on_the_hosts_loopback(bwrap_sandbox) 
     server.settimeout(3)
 
     def accept() -> None:
-        try:
+        with contextlib.suppress(OSError):
             accepted.append(server.accept())
-        except OSError:
-            pass
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    code = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), 2)\n"
-            "    print('connected')\nexcept OSError as e:\n    print('refused', e)\n" % port)
+    code = (
+        f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
+        "    print('connected')\nexcept OSError as e:\n    print('refused', e)\n"
+    )
     result = await bwrap_sandbox.run(python(code))
     thread.join(4)
     server.close()
@@ -216,15 +238,19 @@ async def test_bwrap_cannot_reach_a_server_on_the_hosts_loopback(bwrap_sandbox) 
 async def test_bwrap_work_dir_is_private_per_run(bwrap_sandbox) -> None:
     first = await bwrap_sandbox.run(python("open('/tmp/left', 'w').write('x'); open('kept','w')"))
     assert first.status is Status.OK
-    second = await bwrap_sandbox.run(python("import os; print(os.listdir('.'), os.listdir('/tmp'))"))
+    listing = "import os; print(os.listdir('.'), os.listdir('/tmp'))"
+    second = await bwrap_sandbox.run(python(listing))
     assert second.stdout == b"[] []\n"
 
 
 async def test_bwrap_disk_is_limited_by_tmpfs_size(bwrap_sandbox) -> None:
-    code = ("f = open('big', 'wb')\ntry:\n    while True: f.write(b'x' * 1048576); f.flush()\n"
-            "except OSError as e:\n    print(e.errno)\n")
-    result = await bwrap_sandbox.run(python(code), limits=Limits(disk_bytes=8 * MiB,
-                                                                 max_file_bytes=64 * MiB))
+    code = (
+        "f = open('big', 'wb')\ntry:\n    while True: f.write(b'x' * 1048576); f.flush()\n"
+        "except OSError as e:\n    print(e.errno)\n"
+    )
+    result = await bwrap_sandbox.run(
+        python(code), limits=Limits(disk_bytes=8 * MiB, max_file_bytes=64 * MiB)
+    )
     assert result.status is Status.OK, result
     assert result.stdout.strip() == b"28"  # ENOSPC
 

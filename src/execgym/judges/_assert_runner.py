@@ -26,9 +26,10 @@ _exit = os._exit
 _type = type
 _str = str
 _len = len
+_streams = (sys.stdout, sys.stderr)
 _REPORT_FD = 3
 _FILENAME = "solution.py"
-_ESCAPES = {i: "\\u%04x" % i for i in range(32)}
+_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
 _ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
 
 
@@ -52,7 +53,17 @@ def _traceback(error, lines):
     return "".join(out)[-8000:]
 
 
+def _flush():
+    """Flush what the program printed: ``os._exit`` below would drop buffered output."""
+    for stream in (*_streams, sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # a replaced or closed stream must not stop the report
+            pass
+
+
 def _report(nonce, verdict, error=None, lines=()):
+    _flush()
     fields = ['"verdict": ' + _json_string(verdict)]
     if error is not None:
         fields.append('"type": ' + _json_string(_type(error).__name__))
@@ -69,7 +80,7 @@ def main():
     _, nonce, entry_point, program_size, tests_size = header.split(b" ")
     program_size, tests_size = int(program_size), int(tests_size)
     program = rest[:program_size].decode("utf-8", "replace")
-    tests = rest[program_size:program_size + tests_size].decode("utf-8", "replace")
+    tests = rest[program_size : program_size + tests_size].decode("utf-8", "replace")
     sys.stdin.close()
     sys.stdin = open(os.devnull)  # the solution may read stdin: it sees EOF
     namespace = {"__name__": "solution", "__builtins__": __builtins__}

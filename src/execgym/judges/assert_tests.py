@@ -19,8 +19,9 @@ _RUN_STATUS_VERDICT = {
     Status.OUTPUT_LIMIT: Verdict.OUTPUT_EXCEEDED,
     Status.SANDBOX_ERROR: Verdict.SANDBOX_ERROR,
 }
-_REPORTED = {v.value: v for v in (Verdict.PASSED, Verdict.FAILED, Verdict.ERROR,
-                                  Verdict.MEMORY_EXCEEDED)}
+_REPORTED = {
+    v.value: v for v in (Verdict.PASSED, Verdict.FAILED, Verdict.ERROR, Verdict.MEMORY_EXCEEDED)
+}
 
 
 def _runner_source() -> bytes:
@@ -63,7 +64,7 @@ def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
     start = report.rfind(tag)
     if start < 0:
         return None
-    line = report[start + len(tag):].split(b"\n", 1)[0]
+    line = report[start + len(tag) :].split(b"\n", 1)[0]
     try:
         payload = json.loads(line.decode("utf-8", errors="replace"))
     except ValueError:
@@ -91,15 +92,15 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
         verdict = _REPORTED[payload["verdict"]]
         if verdict is Verdict.PASSED:
             return Judgement(verdict, run)
-        error = ErrorDetail(payload.get("type", ""), payload.get("message", ""),
-                            payload.get("traceback", ""))
+        error = ErrorDetail(
+            payload.get("type", ""), payload.get("message", ""), payload.get("traceback", "")
+        )
         return Judgement(verdict, run, error=error, message=f"{error.type}: {error.message}")
     how = run.message or "exited with code 0"
     message = f"the program ended before the tests finished ({how}); no test report"
     stderr = _tail(run.stderr)
     last_line = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-    error = ErrorDetail(last_line.split(":", 1)[0] if last_line else "NoReport",
-                        message, stderr)
+    error = ErrorDetail(last_line.split(":", 1)[0] if last_line else "NoReport", message, stderr)
     return Judgement(Verdict.ERROR, run, error=error, message=message)
 
 
@@ -115,8 +116,9 @@ class AssertJudge:
     def __init__(self) -> None:
         self._runner = _runner_source()
 
-    async def judge(self, task: Task, completion: str, sandbox: Sandbox,
-                    limits: Limits) -> Judgement:
+    async def judge(
+        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+    ) -> Judgement:
         """Run one rollout's completion against ``task``'s tests in ``sandbox``.
 
         Returns:
@@ -125,8 +127,7 @@ class AssertJudge:
         nonce = secrets.token_hex(16)
         run = await sandbox.run(
             python_command("runner.py"),
-            stdin=encode_job(nonce, task.entry_point, build_program(task, completion),
-                             task.tests),
+            stdin=encode_job(nonce, task.entry_point, build_program(task, completion), task.tests),
             files={"runner.py": self._runner},
             limits=limits,
             want_report=True,

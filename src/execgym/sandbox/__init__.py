@@ -1,4 +1,4 @@
-"""Sandboxes: run untrusted programs with limits, and report what happened as data.
+r"""Sandboxes: run untrusted programs with limits, and report what happened as data.
 
 >>> from execgym.sandbox import create_sandbox, Status   # doctest: +SKIP
 >>> box = create_sandbox("bwrap")                         # doctest: +SKIP

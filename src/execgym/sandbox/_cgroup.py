@@ -67,7 +67,7 @@ def _own_cgroups() -> dict[str, str]:
 
 
 def _inside(mount_root: str, mount_point: str, path: str) -> Path:
-    relative = path[len(mount_root):] if path.startswith(mount_root) else path
+    relative = path[len(mount_root) :] if path.startswith(mount_root) else path
     return Path(mount_point) / relative.lstrip("/")
 
 
@@ -86,16 +86,23 @@ def _detect_v2(mounts: list[tuple[str, str, str, str]], own: dict[str, str]) -> 
     unified = [m for m in mounts if m[2] == "cgroup2"]
     for root, point, _, _ in unified:
         base = _inside(root, point, own.get("", "/"))
-        available = (base / "cgroup.controllers").read_text().split() if (
-            base / "cgroup.controllers").exists() else []
+        available = (
+            (base / "cgroup.controllers").read_text().split()
+            if (base / "cgroup.controllers").exists()
+            else []
+        )
         if "memory" not in available or "pids" not in available:
             continue
         if not _enable_v2_controllers(base):
-            return CgroupHost(None, reason=(
-                f"cgroup v2 at {base} cannot delegate memory and pids to child cgroups "
-                "(other processes share our cgroup); run execgym in its own systemd scope "
-                "with Delegate=yes, e.g. `systemd-run --user --scope -p Delegate=yes execgym ...`"
-            ))
+            return CgroupHost(
+                None,
+                reason=(
+                    f"cgroup v2 at {base} cannot delegate memory and pids to child cgroups "
+                    "(other processes share our cgroup); run execgym in its own systemd scope "
+                    "with Delegate=yes, e.g. "
+                    "`systemd-run --user --scope -p Delegate=yes execgym ...`"
+                ),
+            )
         if _probe_writable(base):
             return CgroupHost(2, {"unified": base})
         return CgroupHost(None, reason=f"cgroup v2 at {base} is not writable by this user")
@@ -105,8 +112,11 @@ def _detect_v2(mounts: list[tuple[str, str, str, str]], own: dict[str, str]) -> 
 def _enable_v2_controllers(base: Path) -> bool:
     """Enable memory, pids and cpu for children of ``base``; move us to a leaf if needed."""
     control = base / "cgroup.subtree_control"
-    wanted = "+memory +pids +cpu" if "cpu" in (base / "cgroup.controllers").read_text() else (
-        "+memory +pids")
+    wanted = (
+        "+memory +pids +cpu"
+        if "cpu" in (base / "cgroup.controllers").read_text()
+        else ("+memory +pids")
+    )
     try:
         control.write_text(wanted)
         return True
@@ -139,9 +149,13 @@ def _detect_v1(mounts: list[tuple[str, str, str, str]], own: dict[str, str]) -> 
     if missing:
         return CgroupHost(None, reason=f"cgroup v1 controller(s) {missing} are not mounted")
     if not all(_probe_writable(parent) for parent in parents.values()):
-        return CgroupHost(None, reason=(
-            "cgroup v1 hierarchies are not writable by this user (run as root, or on a "
-            "cgroup v2 host with a delegated subtree)"))
+        return CgroupHost(
+            None,
+            reason=(
+                "cgroup v1 hierarchies are not writable by this user (run as root, or on a "
+                "cgroup v2 host with a delegated subtree)"
+            ),
+        )
     return CgroupHost(1, parents)
 
 

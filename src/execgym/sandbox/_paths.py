@@ -17,7 +17,8 @@ def safe_relative(name: str) -> PurePosixPath:
     if not name or "\x00" in name or "\\" in name:
         raise TaskError(f"file name {name!r} is empty or has a NUL byte or backslash")
     path = PurePosixPath(name)
-    if path.is_absolute() or any(part in ("..", "") for part in path.parts) or path == PurePosixPath("."):
+    escapes = any(part in ("..", "") for part in path.parts)
+    if path.is_absolute() or escapes or path == PurePosixPath("."):
         raise TaskError(
             f"file name {name!r} must be relative and stay inside the work dir (no '..')"
         )

@@ -101,7 +101,7 @@ def memfd_with(data: bytes, name: str = "execgym") -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -129,8 +129,9 @@ def _make_preexec(spec: ProcessSpec, fd_map: dict[int, int]) -> Callable[[], Non
     return preexec
 
 
-def _reader(fd: int, capture: _Capture, on_overflow: Callable[[], None] | None,
-            done: asyncio.Future[None]) -> Callable[[], None]:
+def _reader(
+    fd: int, capture: _Capture, on_overflow: Callable[[], None] | None, done: asyncio.Future[None]
+) -> Callable[[], None]:
     loop = asyncio.get_running_loop()
 
     def on_readable() -> None:
@@ -158,7 +159,7 @@ def _kill_tree(pid: int, cgroup: RunCgroup | None) -> None:
         cgroup.kill()
 
 
-async def run_process(spec: ProcessSpec) -> ProcessOutcome:  # noqa: C901 - one clock loop
+async def run_process(spec: ProcessSpec) -> ProcessOutcome:
     """Start ``spec.argv``, enforce its wall and CPU clocks and output caps, and reap it.
 
     Returns:
@@ -177,7 +178,7 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:  # noqa: C901 - one 
     stdin_fd = memfd_with(spec.stdin, "execgym-stdin") if spec.stdin else None
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell, built by our backends
+        proc = subprocess.Popen(
             list(spec.argv),
             stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
             stdout=pipes["stdout"][1],
@@ -185,7 +186,7 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:  # noqa: C901 - one 
             env=dict(spec.env),
             cwd=spec.cwd,
             pass_fds=tuple(fd_map),
-            preexec_fn=_make_preexec(spec, fd_map),  # noqa: PLW1509 - single-threaded parent
+            preexec_fn=_make_preexec(spec, fd_map),
             start_new_session=True,
             close_fds=True,
         )

@@ -26,8 +26,13 @@ def _exit_and_signal(wait_status: int, *, shifted_signals: bool) -> tuple[int | 
     return code, None
 
 
-def interpret(outcome: ProcessOutcome, *, isolation: str, enforcement: Mapping[str, str],
-              shifted_signals: bool = False) -> RunResult:
+def interpret(
+    outcome: ProcessOutcome,
+    *,
+    isolation: str,
+    enforcement: Mapping[str, str],
+    shifted_signals: bool = False,
+) -> RunResult:
     """Decide how a run ended: our kills first, then the OOM killer, then the exit.
 
     Args:
@@ -79,7 +84,16 @@ def interpret(outcome: ProcessOutcome, *, isolation: str, enforcement: Mapping[s
 def sandbox_error(isolation: str, message: str) -> RunResult:
     """A result for a run we could not carry out; it says nothing about the code."""
     return RunResult(
-        status=Status.SANDBOX_ERROR, exit_code=None, signal=None, stdout=b"", stderr=b"",
-        stdout_truncated=False, stderr_truncated=False, wall_time_s=0.0, cpu_time_s=0.0,
-        peak_memory_bytes=None, isolation=isolation, message=message,
+        status=Status.SANDBOX_ERROR,
+        exit_code=None,
+        signal=None,
+        stdout=b"",
+        stderr=b"",
+        stdout_truncated=False,
+        stderr_truncated=False,
+        wall_time_s=0.0,
+        cpu_time_s=0.0,
+        peak_memory_bytes=None,
+        isolation=isolation,
+        message=message,
     )

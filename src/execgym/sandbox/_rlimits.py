@@ -8,8 +8,9 @@ import resource
 from execgym.limits import Limits
 
 
-def rlimits_for(limits: Limits, *, cgroup_enforced: dict[str, str]) -> tuple[
-        list[tuple[int, int]], dict[str, str]]:
+def rlimits_for(
+    limits: Limits, *, cgroup_enforced: dict[str, str]
+) -> tuple[list[tuple[int, int]], dict[str, str]]:
     """Translate ``limits`` into rlimits and say which limits they enforce.
 
     The CPU rlimit is per process, so it only backstops the cgroup's whole-tree

@@ -1,5 +1,8 @@
-"""The sandbox contract: how a run ended (:class:`Status`), what it used
-(:class:`RunResult`), and the :class:`Sandbox` protocol every backend implements."""
+"""The sandbox contract every backend implements.
+
+How a run ended (:class:`Status`), what it used (:class:`RunResult`), and the
+:class:`Sandbox` protocol.
+"""
 
 from __future__ import annotations
 

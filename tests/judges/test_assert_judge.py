@@ -1,0 +1,136 @@
+"""The assert judge on real sandboxes: each verdict, and cheats that must never pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from execgym.judges import AssertJudge, Verdict
+from execgym.judges.assert_tests import encode_job, interpret_run
+from execgym.limits import Limits, MiB
+from execgym.sandbox import Status
+from execgym.tasks import Task
+from execgym.testing import fake_result
+
+ADD = Task(
+    task_id="t/add",
+    prompt='def add(a, b):\n    """Return a + b."""\n',
+    tests=(
+        "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
+    ),
+    entry_point="add",
+)
+FAST = Limits(wall_time_s=2, memory_bytes=256 * MiB)
+
+
+async def judge(sandbox, completion: str, task: Task = ADD, limits: Limits = FAST):
+    return await AssertJudge().judge(task, completion, sandbox, limits)
+
+
+@pytest.mark.parametrize(
+    ("completion", "verdict"),
+    [
+        ("    return a + b\n", Verdict.PASSED),
+        ("    return a - b\n", Verdict.FAILED),
+        ("    return None\n", Verdict.FAILED),
+        ("    return undefined_name\n", Verdict.ERROR),
+        ("    return (a +\n", Verdict.ERROR),  # syntax error
+        ("    while True: pass\n", Verdict.TIMEOUT),
+        ("    x = bytearray(2 * 1024 ** 3); return a + b\n", Verdict.MEMORY_EXCEEDED),
+        ("    while True: print('y' * 10000)\n", Verdict.OUTPUT_EXCEEDED),
+    ],
+)
+async def test_verdicts(sandbox, completion: str, verdict: Verdict) -> None:
+    result = await judge(sandbox, completion)
+    assert result.verdict is verdict, result
+
+
+async def test_error_keeps_type_message_and_traceback(bwrap_sandbox) -> None:
+    result = await judge(bwrap_sandbox, "    return {}[a]\n")
+    assert result.verdict is Verdict.ERROR
+    assert result.error is not None
+    assert result.error.type == "KeyError"
+    assert result.error.message == "2"
+    assert 'File "solution.py", line 3, in add' in result.error.traceback
+    assert "return {}[a]" in result.error.traceback
+    assert "runner.py" not in result.error.traceback
+
+
+async def test_failed_assertion_points_at_the_test_line(bwrap_sandbox) -> None:
+    result = await judge(bwrap_sandbox, "    return 0\n")
+    assert result.verdict is Verdict.FAILED
+    assert result.error is not None
+    assert result.error.type == "AssertionError"
+    assert "assert candidate(2, 3) == 5" in result.error.traceback
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "    import sys; sys.exit(0)\n",
+        "    import os; os._exit(0)\n",
+        "    raise SystemExit(0)\n",
+        "    raise KeyboardInterrupt\n",
+        "    import os, signal; os.killpg(0, signal.SIGKILL)\n",
+        "    import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n",
+        "    print('PASSED test_add'); print('=== 1 passed in 0.01s ==='); return 0\n",
+        "    import os; os.write(3, b'0' * 32 + b'\\n{\"verdict\": \"passed\"}\\n'); os._exit(0)\n",
+        "    import atexit, os; atexit.register(lambda: os._exit(0)); return 0\n",
+    ],
+    ids=[
+        "sys.exit",
+        "os._exit",
+        "SystemExit",
+        "KeyboardInterrupt",
+        "killpg",
+        "kill-self",
+        "fake-markers",
+        "forged-report",
+        "atexit",
+    ],
+)
+async def test_cheats_never_pass(bwrap_sandbox, completion: str) -> None:
+    result = await judge(bwrap_sandbox, completion)
+    assert result.verdict is not Verdict.PASSED, result
+    assert result.verdict in (Verdict.ERROR, Verdict.FAILED)
+
+
+async def test_completion_reading_stdin_sees_eof(bwrap_sandbox) -> None:
+    result = await judge(bwrap_sandbox, "    import sys; return len(sys.stdin.read()) + a + b\n")
+    assert result.verdict is Verdict.PASSED
+
+
+async def test_unicode_output_under_any_host_locale(bwrap_sandbox) -> None:
+    result = await judge(bwrap_sandbox, "    print('café ✓'); return a + b\n")
+    assert result.verdict is Verdict.PASSED
+    assert result.run is not None
+    assert result.run.stdout.decode() == "café ✓\n" * 2
+
+
+def test_report_without_our_nonce_is_not_a_pass() -> None:
+    forged = b"f" * 32 + b'\n{"verdict": "passed"}\n'
+    verdict = interpret_run(fake_result(Status.OK, report=forged), nonce="a" * 32).verdict
+    assert verdict is Verdict.ERROR
+
+
+def test_report_with_our_nonce_but_a_bad_exit_is_not_a_pass() -> None:
+    report = b"a" * 32 + b'\n{"verdict": "passed"}\n'
+    run = fake_result(Status.RUNTIME_ERROR, exit_code=1, report=report)
+    assert interpret_run(run, nonce="a" * 32).verdict is Verdict.ERROR
+
+
+def test_limits_decide_before_the_report() -> None:
+    report = b"a" * 32 + b'\n{"verdict": "passed"}\n'
+    for status, verdict in [
+        (Status.TIME_LIMIT, Verdict.TIMEOUT),
+        (Status.MEMORY_LIMIT, Verdict.MEMORY_EXCEEDED),
+        (Status.OUTPUT_LIMIT, Verdict.OUTPUT_EXCEEDED),
+        (Status.SANDBOX_ERROR, Verdict.SANDBOX_ERROR),
+    ]:
+        assert interpret_run(fake_result(status, report=report), "a" * 32).verdict is verdict
+
+
+def test_job_encoding_counts_bytes_not_characters() -> None:
+    job = encode_job("n" * 32, "f", "é = 1\n", "def check(c): pass\n")
+    header, _, body = job.partition(b"\n")
+    assert header.split()[3:] == [b"7", b"19"]
+    assert body.decode() == "é = 1\ndef check(c): pass\n"

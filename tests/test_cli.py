@@ -1,0 +1,183 @@
+"""The command line end to end, on real sandboxes and the real HumanEval data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from execgym.cli import main
+from execgym.tasks import load_dataset
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def humaneval_tasks(tmp_path: Path) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    with path.open("w") as sink:
+        for task in load_dataset("humaneval").values():
+            sink.write(task.model_dump_json() + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_canonical_humaneval_all_pass(bwrap_sandbox, tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    code, stdout, _ = run(
+        "score", "--dataset", "humaneval", "--solutions", "canonical", "-o", str(out)
+    )
+    assert code == 0, stdout
+    results = read(out)
+    assert len(results) == 164
+    assert {r["verdict"] for r in results} == {"passed"}
+    assert sorted(r["index"] for r in results) == list(range(164))
+    assert all(r["isolation"] == "bwrap" and r["reward"] == 1.0 for r in results)
+    assert "pass@1: 1.0000" in stdout
+    assert "rollouts/s" in stdout
+
+
+@pytest.mark.slow
+def test_return_none_scores_zero(bwrap_sandbox, humaneval_tasks: Path, tmp_path: Path) -> None:
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(
+        "".join(
+            json.dumps({"task_id": f"HumanEval/{i}", "completion": "    return None\n"}) + "\n"
+            for i in range(164)
+        )
+    )
+    out = tmp_path / "results.jsonl"
+    code, stdout, _ = run("score", str(humaneval_tasks), str(rollouts), "-o", str(out))
+    assert code == 0, stdout
+    results = read(out)
+    assert len(results) == 164
+    assert not [r for r in results if r["verdict"] == "passed"]
+    assert {r["reward"] for r in results} == {0.0}
+    assert "pass@1: 0.0000" in stdout
+
+
+def test_bad_lines_are_reported_and_the_rest_is_scored(bwrap_sandbox, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps(
+            {
+                "task_id": "t/1",
+                "prompt": "def f(x):\n",
+                "entry_point": "f",
+                "tests": "def check(c):\n    assert c(2) == 4\n",
+            }
+        )
+        + "\n"
+    )
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(
+        "\n".join(
+            [
+                json.dumps(
+                    {"task_id": "t/1", "completion": "    return x * 2\n", "rollout_id": "a"}
+                ),
+                "{broken",
+                json.dumps({"task_id": "t/9", "completion": "    return 4\n"}),
+                json.dumps({"task_id": "t/1", "completion": "    return x + 1\n"}),
+                json.dumps({"task_id": "t/1", "completion": "    while True: pass\n"}),
+            ]
+        )
+        + "\n"
+    )
+    out = tmp_path / "results.jsonl"
+    code, stdout, stderr = run(
+        "score",
+        str(tasks),
+        str(rollouts),
+        "-o",
+        str(out),
+        "--timeout",
+        "1",
+        "--memory",
+        "128MiB",
+        "--workers",
+        "3",
+        "--k",
+        "1,2",
+    )
+    assert code == 0, stdout
+    assert "rollouts.jsonl:2: not valid JSON" in stderr
+    by_index = {r["index"]: r for r in read(out)}
+    assert by_index[0]["verdict"] == "passed"
+    assert by_index[0]["rollout_id"] == "a"
+    assert by_index[1]["verdict"] == "invalid"
+    assert by_index[1]["reward"] is None
+    assert by_index[2]["verdict"] == "invalid"
+    assert "unknown task_id 't/9'" in by_index[2]["message"]
+    assert by_index[3]["verdict"] == "failed"
+    assert by_index[3]["reward"] == 0.0
+    assert by_index[4]["verdict"] == "timeout"
+    assert by_index[4]["wall_time_s"] < 2
+    assert by_index[3]["rollout_id"] == "t/1#3"
+    assert "2 masked" in stdout
+    assert "pass@1: 0.3333" in stdout
+    assert "pass@2: 0.6667" in stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "nothing to score"),
+        (("--dataset", "humaneval"), "ROLLOUTS"),
+        (("--dataset", "humaneval", "--solutions", "canonical", "--memory", "lots"), "size"),
+        (("--dataset", "humaneval", "--solutions", "canonical", "--k", "0"), "positive"),
+    ],
+)
+def test_usage_errors_say_what_to_do(args: tuple[str, ...], message: str) -> None:
+    code, stdout, stderr = run("score", *args)
+    assert code in (1, 2)
+    assert message in stdout + stderr
+
+
+def test_missing_bwrap_fails_with_install_hint(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    code, _, stderr = run(
+        "score",
+        "--dataset",
+        "humaneval",
+        "--solutions",
+        "canonical",
+        "-o",
+        str(tmp_path / "r.jsonl"),
+    )
+    assert code == 1
+    assert "apt-get install bubblewrap" in stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_isolation_none_marks_every_result(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps(
+            {
+                "task_id": "t/1",
+                "prompt": "def f():\n",
+                "entry_point": "f",
+                "tests": "def check(c):\n    assert c() == 1\n",
+                "reference": "    return 1\n",
+            }
+        )
+        + "\n"
+    )
+    out = tmp_path / "r.jsonl"
+    code, stdout, stderr = run(
+        "score", str(tasks), "--solutions", "canonical", "--isolation", "none", "-o", str(out)
+    )
+    assert code == 0, stdout + stderr
+    assert read(out)[0]["isolation"] == "none"
+    assert read(out)[0]["verdict"] == "passed"
+    assert "isolation: none" in stdout

