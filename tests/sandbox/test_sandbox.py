@@ -16,7 +16,7 @@ from execgym.errors import ConfigError, SandboxUnavailable, TaskError
 from execgym.limits import Limits, MiB
 from execgym.sandbox import BubblewrapSandbox, Status, create_sandbox
 from execgym.sandbox._cgroup import detect_cgroups
-from tests.conftest import python
+from tests.conftest import python, require
 
 
 def _our_processes(marker: str) -> list[int]:
@@ -82,6 +82,8 @@ async def test_file_names_cannot_escape_the_work_dir(sandbox, name: str) -> None
 
 
 async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> None:
+    if sandbox.name == "none":  # without a pid namespace only a cgroup finds setsid'ed daemons
+        require(detect_cgroups().version is not None, "a writable cgroup hierarchy")
     marker = f"execgym-test-{uuid.uuid4().hex}"
     code = (
         "import os, subprocess\n"
@@ -127,7 +129,7 @@ async def test_memory_limit_is_enforced_by_cgroup(sandbox, needs_cgroup) -> None
     assert result.stdout == b""
 
 
-async def test_fork_bomb_is_contained_by_the_pids_limit(sandbox, needs_cgroup) -> None:
+async def test_fork_bomb_is_contained_by_the_process_limit(sandbox) -> None:
     code = (
         "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
         "            import time; time.sleep(30)\n        n += 1\n"
@@ -163,6 +165,7 @@ async def test_every_result_says_how_limits_were_enforced(sandbox) -> None:
         "max_open_files",
         "network",
         "disk_bytes",
+        "reclaim",
     ):
         assert name in result.enforcement, name
 
@@ -177,7 +180,8 @@ async def test_bwrap_runs_unprivileged_in_a_minimal_root(bwrap_sandbox) -> None:
     import json
 
     uid, gid, groups, root, cwd, pid = json.loads(result.stdout)
-    assert (uid, gid, groups) == (65534, 65534, [])
+    assert (uid, gid) == (65534, 65534)
+    assert set(groups) <= {65534}
     assert cwd == "/work"
     assert pid < 10  # a fresh PID namespace
     assert "home" not in root

@@ -152,6 +152,32 @@ def _reader(
     return on_readable
 
 
+def tree_cpu_time_s(root: int) -> float:
+    """CPU seconds used so far by ``root`` and every descendant, read from ``/proc``.
+
+    Counts each live process's user + system time and what its reaped children used.
+    Used only where no cgroup measures the tree; a process that cannot be read (gone,
+    or owned by another user) counts as 0.
+    """
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, pending, seen = 0, [root], set()
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                    pending.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / ticks
+
+
 def _kill_tree(pid: int, cgroup: RunCgroup | None) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -202,9 +228,14 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
     }
     killed_for: list[str] = []
 
+    sampled_cpu_s = [0.0]
+
     def kill_for(reason: str) -> None:
         if not killed_for:
             killed_for.append(reason)
+            if spec.cgroup is None or not spec.cgroup.measures_cpu:
+                # Killed processes are never reaped into rusage: read their clocks first.
+                sampled_cpu_s[0] = tree_cpu_time_s(proc.pid)
             _kill_tree(proc.pid, spec.cgroup)
 
     eofs: list[asyncio.Future[None]] = []
@@ -262,7 +293,9 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
         stderr_truncated=captures["stderr"].overflowed,
         report=bytes(captures["report"].data),
         wall_time_s=ended - started,
-        cpu_time_s=cpu if cpu is not None else usage.ru_utime + usage.ru_stime,
+        cpu_time_s=cpu
+        if cpu is not None
+        else max(usage.ru_utime + usage.ru_stime, sampled_cpu_s[0]),
         peak_memory_bytes=peak if peak is not None else usage.ru_maxrss * 1024,
         killed_for=killed_for[0] if killed_for else None,
         oom_killed=cgroup.oom_killed() if cgroup is not None else False,

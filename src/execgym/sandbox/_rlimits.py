@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import resource
 
 from execgym.limits import Limits
@@ -15,7 +16,10 @@ def rlimits_for(
 
     The CPU rlimit is per process, so it only backstops the cgroup's whole-tree
     budget; address space is limited only where no cgroup limits memory, because
-    ``RLIMIT_AS`` counts reserved, not used, memory and breaks some runtimes.
+    ``RLIMIT_AS`` counts reserved, not used, memory and breaks some runtimes; and the
+    process count falls back to ``RLIMIT_NPROC`` (the user's current count plus the
+    limit) only where no pids cgroup exists, since it is shared by all of a user's
+    processes.
 
     Returns:
         ``([(resource, value), ...], {limit name: how it is enforced})``.
@@ -35,5 +39,21 @@ def rlimits_for(
         pairs.append((resource.RLIMIT_AS, limits.memory_bytes))
         enforced["memory_bytes"] = "rlimit-as (per process, virtual memory)"
     if "max_processes" not in cgroup_enforced:
-        enforced["max_processes"] = "not enforced (no pids cgroup)"
+        pairs.append((resource.RLIMIT_NPROC, _user_tasks() + limits.max_processes))
+        enforced["max_processes"] = (
+            "rlimit-nproc (per user: shared with this user's other processes and runs)"
+        )
     return pairs, enforced
+
+
+def _user_tasks() -> int:
+    """Processes and threads this user has now (``RLIMIT_NPROC`` counts them all)."""
+    uid, count = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                continue
+    return count

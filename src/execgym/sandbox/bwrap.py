@@ -199,6 +199,7 @@ class BubblewrapSandbox:
                 enforcement={
                     "network": "network namespace (loopback only)",
                     "disk_bytes": "tmpfs size",
+                    "reclaim": "pid namespace: every process dies with the run",
                 },
             )
         except TaskError:

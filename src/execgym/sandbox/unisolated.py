@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
@@ -24,6 +25,11 @@ log = logging.getLogger(__name__)
 WARNING = (
     "isolation 'none': untrusted code runs as YOU, with your files and network. "
     "Use it only for development; install bubblewrap for real runs."
+)
+_RECLAIM_WITH_CGROUP = "cgroup kill: every process dies with the run"
+_RECLAIM_WITHOUT_CGROUP = (
+    "process group kill only: a process that calls setsid() can outlive the run "
+    "(no writable cgroup here; use bwrap)"
 )
 
 
@@ -70,6 +76,9 @@ class UnisolatedSandbox:
                 enforcement={
                     "network": "not enforced (isolation none)",
                     "disk_bytes": "not enforced (isolation none)",
+                    "reclaim": _RECLAIM_WITH_CGROUP
+                    if detect_cgroups().version
+                    else _RECLAIM_WITHOUT_CGROUP,
                 },
             )
         except OSError as error:
