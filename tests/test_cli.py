@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -181,3 +186,70 @@ def test_isolation_none_marks_every_result(tmp_path: Path) -> None:
     assert read(out)[0]["isolation"] == "none"
     assert read(out)[0]["verdict"] == "passed"
     assert "isolation: none" in stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_keeps_finished_results_and_leaves_nothing(
+    bwrap_sandbox, tmp_path: Path, signum: int
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps(
+            {
+                "task_id": "t/1",
+                "prompt": "def f():\n",
+                "entry_point": "f",
+                "tests": "def check(c):\n    assert c() == 1\n",
+            }
+        )
+        + "\n"
+    )
+    marker = f"execgym-interrupt-{uuid.uuid4().hex}"
+    completion = (
+        f"    import time, subprocess\n    subprocess.Popen(['{marker}', '60'], "
+        "executable='/usr/bin/sleep')\n    time.sleep(0.3)\n    return 1\n"
+    )
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(
+        "".join(json.dumps({"task_id": "t/1", "completion": completion}) + "\n" for _ in range(40))
+    )
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "execgym",
+            "score",
+            str(tasks),
+            str(rollouts),
+            "-o",
+            str(out),
+            "--workers",
+            "2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 3):
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "interrupted:" in stderr
+    lines = out.read_text().splitlines()
+    assert 3 <= len(lines) < 40
+    assert all(json.loads(line)["verdict"] == "passed" for line in lines)
+    assert out.read_text().endswith("\n")
+    time.sleep(0.2)
+    leftovers = [
+        p for p in Path("/proc").iterdir() if p.name.isdigit() and marker.encode() in _cmdline(p)
+    ]
+    assert leftovers == []
+
+
+def _cmdline(entry: Path) -> bytes:
+    try:
+        return (entry / "cmdline").read_bytes()
+    except OSError:
+        return b""

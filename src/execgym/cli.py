@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -181,17 +182,35 @@ def score(
         raise click.ClickException(str(error)) from error
     scorer = Scorer(tasks, sandbox, limits)
     started = time.monotonic()
+    written: list[ScoredRollout] = []
     with Path(output).open("w", encoding="utf-8") as sink:
-        results = asyncio.run(_score_with_progress(scorer, items, workers, sink))
+        try:
+            results = asyncio.run(_score_with_progress(scorer, items, workers, sink, written))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            click.echo(
+                f"interrupted: {len(written)} of {len(items)} results were written to {output}",
+                err=True,
+            )
+            sys.exit(130)
     summary = summarize(results, time.monotonic() - started, k_values)
     click.echo(summary.render())
     click.echo(f"isolation: {isolation}; results: {output}")
 
 
 async def _score_with_progress(
-    scorer: Scorer, items: list[RolloutLine | LineProblem], workers: int | None, sink: IO[str]
+    scorer: Scorer,
+    items: list[RolloutLine | LineProblem],
+    workers: int | None,
+    sink: IO[str],
+    written: list[ScoredRollout],
 ) -> list[ScoredRollout]:
     from tqdm import tqdm
+
+    # SIGTERM stops the batch like Ctrl-C: running sandboxes are killed and reclaimed,
+    # and every finished result is already on disk.
+    current = asyncio.current_task()
+    if current is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
 
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
     with tqdm(total=len(items), unit="rollout", file=sys.stderr, disable=None) as bar:
@@ -199,6 +218,7 @@ async def _score_with_progress(
         def write(result: ScoredRollout) -> None:
             sink.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
             sink.flush()
+            written.append(result)
             bar.update(1)
 
         return await scorer.score(items, workers=workers, on_result=write)
