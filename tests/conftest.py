@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +59,37 @@ def sandbox(request: pytest.FixtureRequest) -> BubblewrapSandbox | UnisolatedSan
 def needs_cgroup() -> None:
     host = detect_cgroups()
     require(host.version is not None, f"a writable cgroup hierarchy ({host.reason})")
+
+
+def processes_with(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text`` (leak checks)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def run_cgroups() -> list[Path]:
+    """Cgroups of this test process's runs that still exist (leak checks)."""
+    host = detect_cgroups()
+    return [p for parent in host.parents.values() for p in parent.glob(f"execgym-{os.getpid()}-*")]
+
+
+def write_jsonl(path: Path, records: Iterable[dict[str, object]]) -> Path:
+    """Write one JSON object per line and return ``path``."""
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+ONE_TASK = {
+    "task_id": "t/1",
+    "prompt": "def f():\n",
+    "entry_point": "f",
+    "tests": "def check(c):\n    assert c() == 1\n",
+}
+"""A minimal task whose correct completion is ``    return 1``."""

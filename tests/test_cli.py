@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from execgym.cli import main
 from execgym.tasks import load_dataset
+from tests.conftest import ONE_TASK, processes_with, write_jsonl
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -192,18 +193,7 @@ def test_isolation_none_marks_every_result(tmp_path: Path) -> None:
 def test_interrupted_run_keeps_finished_results_and_leaves_nothing(
     bwrap_sandbox, tmp_path: Path, signum: int
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        json.dumps(
-            {
-                "task_id": "t/1",
-                "prompt": "def f():\n",
-                "entry_point": "f",
-                "tests": "def check(c):\n    assert c() == 1\n",
-            }
-        )
-        + "\n"
-    )
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
     marker = f"execgym-interrupt-{uuid.uuid4().hex}"
     completion = (
         f"    import time, subprocess\n    subprocess.Popen(['{marker}', '60'], "
@@ -242,14 +232,18 @@ def test_interrupted_run_keeps_finished_results_and_leaves_nothing(
     assert all(json.loads(line)["verdict"] == "passed" for line in lines)
     assert out.read_text().endswith("\n")
     time.sleep(0.2)
-    leftovers = [
-        p for p in Path("/proc").iterdir() if p.name.isdigit() and marker.encode() in _cmdline(p)
-    ]
-    assert leftovers == []
+    assert processes_with(marker) == []
 
 
-def _cmdline(entry: Path) -> bytes:
-    try:
-        return (entry / "cmdline").read_bytes()
-    except OSError:
-        return b""
+def test_a_sandbox_that_cannot_start_the_harness_stops_before_scoring(
+    bwrap_sandbox, monkeypatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr("execgym.sandbox.bwrap.interpreter_paths", lambda: ["/nonexistent-path"])
+    out = tmp_path / "r.jsonl"
+    code, _, stderr = run(
+        "score", "--dataset", "humaneval", "--solutions", "canonical", "-o", str(out)
+    )
+    assert code == 1
+    assert "self-test" in stderr
+    assert "/nonexistent-path" in stderr
+    assert not out.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from execgym import Rollout, RolloutLine, Scorer, Task, Verdict
-from execgym.judges.assert_tests import _parse_report
+from execgym.judges.assert_tests import START_MARKER, _parse_report
 from execgym.sandbox import Status
 from execgym.tasks import LineProblem
 from execgym.testing import FakeCall, FakeSandbox, fake_result
@@ -20,7 +20,7 @@ TASK = Task(
 
 def passing(call: FakeCall) -> object:
     nonce = call.stdin.split(b" ")[1]
-    return fake_result(report=nonce + b'\n{"verdict": "passed"}\n')
+    return fake_result(report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n')
 
 
 def line(
@@ -94,7 +94,7 @@ async def test_score_streams_results_and_returns_them_in_input_order() -> None:
         index = int(stdin.split(b"return ")[1].split(b"\n")[0])
         await asyncio.sleep(delays[index])
         nonce = stdin.split(b" ")[1]
-        return fake_result(report=nonce + b'\n{"verdict": "passed"}\n')
+        return fake_result(report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n')
 
     box = FakeSandbox(passing)
     box.run = slow_run  # type: ignore[method-assign]

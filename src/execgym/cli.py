@@ -183,7 +183,12 @@ def score(
     scorer = Scorer(tasks, sandbox, limits)
     started = time.monotonic()
     written: list[ScoredRollout] = []
-    with Path(output).open("w", encoding="utf-8") as sink:
+    try:
+        asyncio.run(scorer.self_test())
+    except Error as error:
+        raise click.ClickException(str(error)) from error
+    # Lone surrogates (from a program's exception message, say) become JSON escapes.
+    with Path(output).open("w", encoding="utf-8", errors="backslashreplace") as sink:
         try:
             results = asyncio.run(_score_with_progress(scorer, items, workers, sink, written))
         except (KeyboardInterrupt, asyncio.CancelledError):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from execgym.errors import Error
+from execgym.errors import Error, SandboxSetupFailed
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits
@@ -85,6 +85,7 @@ class ScoredRollout:
             else {"type": error.type, "message": error.message, "traceback": error.traceback},
             "message": self.message,
             "isolation": self.isolation,
+            "enforcement": dict(run.enforcement) if run else {},
             "attempts": self.attempts,
         }
 
@@ -125,6 +126,29 @@ class Scorer:
         self.sandbox = sandbox
         self.limits = limits
         self.judge = AssertJudge()
+
+    async def self_test(self) -> None:
+        """Score a known-good rollout once, so a broken sandbox stops a batch at once.
+
+        A host where the sandbox cannot run the harness at all (the interpreter is not
+        visible inside, bwrap cannot mount, the limits are too small to start Python)
+        would otherwise mask every rollout of the batch as ``sandbox_error``.
+
+        Raises:
+            SandboxSetupFailed: with the reason, if the known-good rollout does not pass.
+        """
+        task = Task(
+            task_id="execgym/self-test",
+            prompt="def f():\n",
+            entry_point="f",
+            tests="def check(candidate):\n    assert candidate() == 1\n",
+        )
+        judgement = await self.judge.judge(task, "    return 1\n", self.sandbox, self.limits)
+        if judgement.verdict is not Verdict.PASSED:
+            raise SandboxSetupFailed(
+                f"the {self.sandbox.name} sandbox failed its self-test with a known-good "
+                f"program ({judgement.verdict.value}): {judgement.message}"
+            )
 
     async def score_one(self, item: RolloutLine | LineProblem) -> ScoredRollout:
         """Score one rollout (or turn an unusable line into an ``invalid`` result)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from execgym.judges import AssertJudge, Verdict
-from execgym.judges.assert_tests import encode_job, interpret_run
+from execgym.judges.assert_tests import START_MARKER, build_program, encode_job, interpret_run
 from execgym.limits import Limits, MiB
 from execgym.sandbox import Status
 from execgym.tasks import Task
@@ -107,19 +107,19 @@ async def test_unicode_output_under_any_host_locale(bwrap_sandbox) -> None:
 
 
 def test_report_without_our_nonce_is_not_a_pass() -> None:
-    forged = b"f" * 32 + b'\n{"verdict": "passed"}\n'
+    forged = START_MARKER + b"f" * 32 + b'\n{"verdict": "passed"}\n'
     verdict = interpret_run(fake_result(Status.OK, report=forged), nonce="a" * 32).verdict
     assert verdict is Verdict.ERROR
 
 
 def test_report_with_our_nonce_but_a_bad_exit_is_not_a_pass() -> None:
-    report = b"a" * 32 + b'\n{"verdict": "passed"}\n'
+    report = START_MARKER + b"a" * 32 + b'\n{"verdict": "passed"}\n'
     run = fake_result(Status.RUNTIME_ERROR, exit_code=1, report=report)
     assert interpret_run(run, nonce="a" * 32).verdict is Verdict.ERROR
 
 
 def test_limits_decide_before_the_report() -> None:
-    report = b"a" * 32 + b'\n{"verdict": "passed"}\n'
+    report = START_MARKER + b"a" * 32 + b'\n{"verdict": "passed"}\n'
     for status, verdict in [
         (Status.TIME_LIMIT, Verdict.TIMEOUT),
         (Status.MEMORY_LIMIT, Verdict.MEMORY_EXCEEDED),
@@ -134,3 +134,88 @@ def test_job_encoding_counts_bytes_not_characters() -> None:
     header, _, body = job.partition(b"\n")
     assert header.split()[3:] == [b"7", b"19"]
     assert body.decode() == "é = 1\ndef check(c): pass\n"
+
+
+def test_no_start_marker_means_the_sandbox_failed_not_the_model() -> None:
+    for status, exit_code in [
+        (Status.RUNTIME_ERROR, 1),
+        (Status.RUNTIME_ERROR, 127),
+        (Status.OK, 0),
+        (Status.TIME_LIMIT, None),
+    ]:
+        run = fake_result(status, exit_code=exit_code, stderr=b"bwrap: Can't find source path")
+        judgement = interpret_run(run, "a" * 32)
+        assert judgement.verdict is Verdict.SANDBOX_ERROR
+        assert "never started the test harness" in judgement.message
+        assert "Can't find source path" in judgement.message
+
+
+def test_start_marker_matches_the_runner() -> None:
+    import ast
+    from importlib import resources
+
+    runner = resources.files("execgym.judges").joinpath("_assert_runner.py").read_text()
+    values = [
+        ast.literal_eval(node.value)
+        for node in ast.parse(runner).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "START_MARKER"
+    ]
+    assert values == [START_MARKER]
+
+
+def test_faking_a_setup_failure_is_still_the_models_error() -> None:
+    # The solution prints what bwrap prints and exits 1, after the harness started.
+    run = fake_result(
+        Status.RUNTIME_ERROR,
+        exit_code=1,
+        report=START_MARKER,
+        stderr=b"bwrap: Can't find source path /x: No such file",
+    )
+    assert interpret_run(run, "a" * 32).verdict is Verdict.ERROR
+
+
+@pytest.mark.parametrize(
+    ("prompt", "completion", "expected"),
+    [
+        ("def f():\n", "    return 1\n", "def f():\n    return 1\n"),
+        (
+            'from typing import List\n\ndef f(x: List[int]) -> int:\n    """Doc."""',
+            "def f(x: List[int]) -> int:\n    return 1",
+            'from typing import List\n\ndef f(x: List[int]) -> int:\n    """Doc."""\n\n'
+            "def f(x: List[int]) -> int:\n    return 1",
+        ),
+        (
+            "import math\ndef f(x):\n",
+            "\nimport math\ndef f(x):\n    return 1\n",
+            "import math\n\n\nimport math\ndef f(x):\n    return 1\n",
+        ),
+    ],
+    ids=["continuation", "bc42-full-function-no-newline", "stub-without-body"],
+)
+def test_build_program_handles_bodies_and_whole_solutions(
+    prompt: str, completion: str, expected: str
+) -> None:
+    task = Task(task_id="t", prompt=prompt, tests="def check(c): pass", entry_point="f")
+    assert build_program(task, completion) == expected
+
+
+async def test_the_job_cannot_be_read_back_from_stdin(bwrap_sandbox) -> None:
+    completion = (
+        "    import os\n    os.lseek(0, 0, os.SEEK_SET)\n"
+        "    print(os.read(0, 100))\n    return a + b\n"
+    )
+    result = await judge(bwrap_sandbox, completion)
+    assert result.verdict is Verdict.PASSED
+    assert result.run is not None
+    assert b"EXECGYM1" not in result.run.stdout
+
+
+async def test_replacing_harness_names_in_main_changes_nothing(bwrap_sandbox) -> None:
+    completion = (
+        "    return 0\nimport __main__\n"
+        "for name in list(vars(__main__)):\n"
+        "    if not name.startswith('__'):\n"
+        "        setattr(__main__, name, lambda *a, **k: None)\n"
+    )
+    result = await judge(bwrap_sandbox, completion)
+    assert result.verdict is Verdict.FAILED

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import threading
 import time
@@ -16,24 +15,7 @@ from execgym.errors import ConfigError, SandboxUnavailable, TaskError
 from execgym.limits import Limits, MiB
 from execgym.sandbox import BubblewrapSandbox, Status, create_sandbox
 from execgym.sandbox._cgroup import detect_cgroups
-from tests.conftest import python, require
-
-
-def _our_processes(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def _run_cgroups() -> list[Path]:
-    host = detect_cgroups()
-    return [p for parent in host.parents.values() for p in parent.glob(f"execgym-{os.getpid()}-*")]
+from tests.conftest import processes_with, python, require, run_cgroups
 
 
 async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
@@ -96,7 +78,7 @@ async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> Non
     assert time.monotonic() - started < 1 + 1
     assert result.status is Status.TIME_LIMIT
     assert result.limit_hit == "wall_time_s"
-    assert _our_processes(marker) == []
+    assert processes_with(marker) == []
 
 
 async def test_busy_loop_is_a_time_limit(sandbox) -> None:
@@ -149,8 +131,8 @@ async def test_no_cgroup_or_process_survives_a_run(sandbox, needs_cgroup) -> Non
     )
     result = await sandbox.run(python(code))
     assert result.status is Status.OK
-    assert _our_processes(marker) == []
-    assert _run_cgroups() == []
+    assert processes_with(marker) == []
+    assert run_cgroups() == []
 
 
 async def test_every_result_says_how_limits_were_enforced(sandbox) -> None:

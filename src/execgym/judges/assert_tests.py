@@ -13,6 +13,9 @@ from execgym.limits import Limits
 from execgym.sandbox.base import RunResult, Sandbox, Status
 from execgym.tasks.models import Task
 
+START_MARKER = b"EXECGYM-START\n"
+"""What the harness writes first on its report channel (kept equal to the runner's)."""
+
 _RUN_STATUS_VERDICT = {
     Status.TIME_LIMIT: Verdict.TIMEOUT,
     Status.MEMORY_LIMIT: Verdict.MEMORY_EXCEEDED,
@@ -45,9 +48,39 @@ def python_command(script: str, executable: str | None = None) -> list[str]:
     return [resolved, "-I", "-S", "-B", "-X", "utf8", script]
 
 
+_FULL_SOLUTION_STARTS = ("def ", "async def ", "class ", "import ", "from ", "@")
+
+
 def build_program(task: Task, completion: str) -> str:
-    """The program under test: the task's prompt followed by the completion."""
-    return task.prompt + completion
+    """The program under test: the task's prompt, then the completion.
+
+    A completion is usually the body that continues the prompt (HumanEval style). When
+    it is a whole solution instead (its first code line starts at column 0 with
+    ``def``, ``class``, ``import``, ``from`` or a decorator, as chat models answer), it
+    goes on a new line after the prompt, so the prompt's imports (``from typing import
+    List``) still reach it; if the prompt alone would not compile (a stub without a
+    body), only the prompt's import lines are kept before it.
+    """
+    first = next((line for line in completion.splitlines() if line.strip()), "")
+    if not first.startswith(_FULL_SOLUTION_STARTS):
+        return task.prompt + completion
+    prompt = task.prompt if _compiles(task.prompt) else _import_lines(task.prompt)
+    return prompt.rstrip("\n") + "\n\n" + completion
+
+
+def _compiles(source: str) -> bool:
+    # The prompt is task data, not model output; it is only parsed here, never run.
+    try:
+        compile(source, "prompt", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _import_lines(prompt: str) -> str:
+    return "".join(
+        line + "\n" for line in prompt.splitlines() if line.startswith(("import ", "from "))
+    )
 
 
 def encode_job(nonce: str, entry_point: str, program: str, tests: str) -> bytes:
@@ -81,10 +114,21 @@ def _tail(data: bytes, limit: int = 2000) -> str:
 def interpret_run(run: RunResult, nonce: str) -> Judgement:
     """Turn a sandbox run of the assert harness into a :class:`Judgement`.
 
-    Our own kills and the kernel's OOM killer decide first; otherwise the verdict comes
-    from the harness's nonce-tagged report, and a run without one is an ``error``,
-    never a pass (for example ``sys.exit(0)`` before the asserts).
+    A run whose report channel does not open with the harness's start marker never
+    reached the harness (bwrap, setpriv or the interpreter failed, or the host was too
+    slow to start it within the limits): that is a ``sandbox_error``, whatever the exit
+    code says, and no solution can cause it because the marker precedes its code. Then
+    our own kills and the kernel's OOM killer decide; otherwise the verdict comes from
+    the harness's nonce-tagged report, and a run without one is an ``error``, never a
+    pass (for example ``sys.exit(0)`` before the asserts).
     """
+    if run.status is not Status.SANDBOX_ERROR and not run.report.startswith(START_MARKER):
+        stderr = _tail(run.stderr).strip()
+        message = (
+            f"the sandbox never started the test harness ({run.message or run.status.value})"
+            + (f": {stderr}" if stderr else "")
+        )
+        return Judgement(Verdict.SANDBOX_ERROR, run, message=message)
     if run.status in _RUN_STATUS_VERDICT:
         return Judgement(_RUN_STATUS_VERDICT[run.status], run, message=run.message)
     payload = _parse_report(run.report, nonce)

@@ -302,11 +302,13 @@ class RunCgroup:
         return bool(_read_int(memory / "memory.failcnt"))
 
     def _members(self) -> list[int]:
-        pids: set[int] = set()
-        for path in self.dirs.values():
-            with contextlib.suppress(OSError, ValueError):
-                pids.update(int(p) for p in (path / "cgroup.procs").read_text().split())
-        return sorted(pids)
+        # The child joins every controller before exec and descendants inherit them
+        # all, so one controller's list (pids, or memory) names every process.
+        path = self.dirs.get("pids") or next(iter(self.dirs.values()))
+        try:
+            return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
 
     def kill(self) -> None:
         """SIGKILL every process of the run, including any that forked or setsid'ed."""
