@@ -45,7 +45,7 @@ def bwrap_sandbox() -> BubblewrapSandbox:
 
 @pytest.fixture
 def none_sandbox() -> UnisolatedSandbox:
-    return UnisolatedSandbox()
+    return UnisolatedSandbox(allow_root=True)
 
 
 @pytest.fixture(params=["bwrap", "none"])
@@ -74,10 +74,11 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
-def run_cgroups() -> list[Path]:
-    """Cgroups of this test process's runs that still exist (leak checks)."""
+def run_cgroups(pid: int | None = None) -> list[Path]:
+    """Run cgroups made by process ``pid`` (default: this one) that still exist."""
     host = detect_cgroups()
-    return [p for parent in host.parents.values() for p in parent.glob(f"execgym-{os.getpid()}-*")]
+    pattern = f"execgym-{pid or os.getpid()}-*"
+    return [p for parent in host.parents.values() for p in parent.glob(pattern)]
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, object]]) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 
 from execgym.cli import main
 from execgym.tasks import load_dataset
-from tests.conftest import ONE_TASK, processes_with, write_jsonl
+from tests.conftest import ONE_TASK, processes_with, run_cgroups, write_jsonl
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -181,7 +182,15 @@ def test_isolation_none_marks_every_result(tmp_path: Path) -> None:
     )
     out = tmp_path / "r.jsonl"
     code, stdout, stderr = run(
-        "score", str(tasks), "--solutions", "canonical", "--isolation", "none", "-o", str(out)
+        "score",
+        str(tasks),
+        "--solutions",
+        "canonical",
+        "--isolation",
+        "none",
+        "--allow-root",
+        "-o",
+        str(out),
     )
     assert code == 0, stdout + stderr
     assert read(out)[0]["isolation"] == "none"
@@ -225,7 +234,7 @@ def test_interrupted_run_keeps_finished_results_and_leaves_nothing(
         time.sleep(0.05)
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 128 + signum, stderr
     assert "interrupted:" in stderr
     lines = out.read_text().splitlines()
     assert 3 <= len(lines) < 40
@@ -247,3 +256,118 @@ def test_a_sandbox_that_cannot_start_the_harness_stops_before_scoring(
     assert "self-test" in stderr
     assert "/nonexistent-path" in stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--timeout", "nan"), "positive, finite"),
+        (("--timeout", "inf"), "positive, finite"),
+        (("--timeout", "0"), "--timeout"),
+        (("--cpu-time", "0"), "--cpu-time"),
+        (("--memory", "512"), "did you mean 512MiB?"),
+        (("--memory", "1"), "too little"),
+        (("-o", "/nonexistent-dir/out.jsonl"), "cannot write the results to /nonexistent-dir"),
+        (("--isolation", "none"), "--allow-root"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(
+    bwrap_sandbox, args: tuple[str, ...], message: str
+) -> None:
+    if args == ("--isolation", "none") and os.geteuid() != 0:
+        pytest.skip("the root guard only applies to root")
+    code, stdout, stderr = run("score", "--dataset", "humaneval", "--solutions", "canonical", *args)
+    assert code in (1, 2), stdout
+    assert message in stderr
+
+
+def test_a_tasks_file_without_valid_tasks_is_an_error(tmp_path: Path) -> None:
+    rollouts = write_jsonl(tmp_path / "rollouts.jsonl", [{"task_id": "t/1", "completion": "x"}])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for tasks in (empty, rollouts):  # an empty file; the two files swapped
+        code, _, stderr = run("score", str(tasks), str(rollouts), "-o", str(tmp_path / "r"))
+        assert code == 1
+        assert "no valid tasks in" in stderr
+
+
+def test_rollouts_of_skipped_or_unknown_tasks_say_why(bwrap_sandbox, tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK, {"task_id": "t/2", "prompt": "x"}])
+    rollouts = write_jsonl(
+        tmp_path / "rollouts.jsonl",
+        [
+            {"task_id": "t/2", "completion": "x"},
+            {"task_id": "t/3", "completion": "x"},
+            {"task_id": "t/3", "completion": "y"},
+        ],
+    )
+    out = tmp_path / "r.jsonl"
+    code, _, stderr = run("score", str(tasks), str(rollouts), "-o", str(out))
+    assert code == 0
+    assert "2 rollout(s) for task_id 't/3' scored as invalid: no such task" in stderr
+    assert "task_id 't/2' scored as invalid: its task was skipped as invalid" in stderr
+    by_index = {r["index"]: r for r in read(out)}
+    assert "was skipped because it is invalid" in by_index[0]["message"]
+    assert "tasks.jsonl:2" in by_index[0]["message"]
+
+
+def test_non_ascii_entry_point_and_byte_order_mark(bwrap_sandbox, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    task = {
+        "task_id": "t/é",
+        "prompt": "def fé():\n",
+        "entry_point": "fé",
+        "tests": "def check(c):\n    assert c() == 'ü'\n",
+        "reference": "    return 'ü'\n",
+    }
+    tasks.write_bytes(b"\xef\xbb\xbf" + json.dumps(task).encode() + b"\n")
+    out = tmp_path / "r.jsonl"
+    code, stdout, stderr = run("score", str(tasks), "--solutions", "canonical", "-o", str(out))
+    assert code == 0, stdout + stderr
+    assert read(out)[0]["verdict"] == "passed"
+
+
+def test_results_say_how_limits_were_enforced(bwrap_sandbox, tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{**ONE_TASK, "reference": "    return 1\n"}])
+    out = tmp_path / "r.jsonl"
+    code, _, _ = run("score", str(tasks), "--solutions", "canonical", "-o", str(out))
+    assert code == 0
+    enforcement = read(out)[0]["enforcement"]
+    assert enforcement["memory_bytes"]
+    assert enforcement["wall_time_s"]
+
+
+def test_every_signal_stops_a_fast_batch(bwrap_sandbox, tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "rollouts.jsonl", [{"task_id": "t/1", "completion": "    return 1\n"}] * 2000
+    )
+    for trial, signum in enumerate([signal.SIGINT, signal.SIGTERM] * 3):
+        out = tmp_path / f"r{trial}.jsonl"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "execgym",
+                "score",
+                str(tasks),
+                str(rollouts),
+                "-o",
+                str(out),
+                "--workers",
+                "2",
+            ],
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            not out.exists() or out.read_text().count("\n") < 5 + trial * 3
+        ):
+            time.sleep(0.01)
+        proc.send_signal(signum)
+        try:
+            assert proc.wait(timeout=10) == 128 + signum, f"trial {trial}"
+        finally:
+            proc.kill()
+            proc.wait()
+        assert run_cgroups(proc.pid) == []

@@ -44,3 +44,22 @@ def test_merged_ignores_none_and_rejects_unknown_fields() -> None:
     assert merged.memory_bytes == DEFAULT_LIMITS.memory_bytes
     with pytest.raises(ConfigError, match="unknown limit"):
         DEFAULT_LIMITS.merged(memory_mb=5)
+
+
+def test_limits_reject_infinite_and_nan() -> None:
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="finite"):
+            Limits(wall_time_s=bad)
+
+
+def test_task_limits_reject_infinite_values() -> None:
+    from pydantic import ValidationError
+
+    from execgym.tasks import TaskLimits
+
+    with pytest.raises(ValidationError):
+        TaskLimits(wall_time_s=float("inf"))
+
+
+def test_parse_size_knows_tebibytes() -> None:
+    assert parse_size("1TiB") == 1024 * GiB

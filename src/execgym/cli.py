@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import os
 import signal
 import sys
 import time
@@ -18,8 +20,8 @@ from typing import IO
 import click
 
 from execgym._version import __version__
-from execgym.errors import Error
-from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
+from execgym.errors import Error, TaskError
+from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
 from execgym.sandbox import ISOLATIONS, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.summary import summarize
@@ -47,7 +49,7 @@ def _parse_ks(text: str) -> tuple[int, ...]:
 
 def _load_inputs(
     tasks_path: str | None, rollouts_path: str | None, dataset: str | None, solutions: str | None
-) -> tuple[dict[str, Task], list[RolloutLine | LineProblem]]:
+) -> tuple[dict[str, Task], list[RolloutLine | LineProblem], dict[str, str]]:
     if dataset and tasks_path:
         raise click.UsageError("give either --dataset or a TASKS file, not both")
     if not dataset and not tasks_path:
@@ -55,23 +57,32 @@ def _load_inputs(
             "nothing to score: give TASKS.jsonl ROLLOUTS.jsonl, or --dataset humaneval "
             "--solutions canonical"
         )
+    skipped: dict[str, str] = {}
     if dataset:
         tasks = load_dataset(dataset)
     else:
         tasks, problems = load_tasks(tasks_path or "")
         for problem in problems:
             click.echo(f"warning: skipped task: {problem}", err=True)
+            if problem.task_id is not None:
+                skipped.setdefault(problem.task_id, str(problem))
+        if not tasks:
+            raise TaskError(
+                f"no valid tasks in {tasks_path} ({len(problems)} line(s) skipped, see the "
+                "warnings above); each line needs task_id, prompt, tests and entry_point "
+                "(did you swap TASKS and ROLLOUTS?)"
+            )
     if solutions == "canonical":
         if rollouts_path:
             raise click.UsageError("give either ROLLOUTS or --solutions canonical, not both")
-        return tasks, list(canonical_rollouts(tasks))
+        return tasks, list(canonical_rollouts(tasks)), skipped
     if not rollouts_path:
         raise click.UsageError("give a ROLLOUTS.jsonl file, or --solutions canonical")
     items = list(load_rollouts(rollouts_path))
     for item in items:
         if isinstance(item, LineProblem):
             click.echo(f"warning: bad rollout line (scored as invalid): {item}", err=True)
-    return tasks, items
+    return tasks, items, skipped
 
 
 @click.group()
@@ -79,6 +90,32 @@ def _load_inputs(
 def main() -> None:
     """execgym: score model-written code in isolated sandboxes and return rewards."""
     logging.basicConfig(level=logging.WARNING, format="execgym: %(levelname)s: %(message)s")
+
+
+def _positive_seconds(
+    ctx: click.Context, param: click.Parameter, value: float | None
+) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value!r}: give a positive, finite number of seconds")
+    return value
+
+
+MIN_MEMORY_BYTES = 16 * MiB
+"""Below this the Python interpreter cannot even start; refused as a likely unit slip."""
+
+
+def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    try:
+        size = parse_size(value)
+    except Error as error:
+        raise click.BadParameter(str(error)) from error
+    if size < MIN_MEMORY_BYTES:
+        raise click.BadParameter(
+            f"{value!r} is {size} bytes, too little to start a program (at least 16MiB); "
+            "a number without a unit is bytes: did you mean "
+            f"{value}MiB?"
+        )
+    return size
 
 
 @main.command()
@@ -120,6 +157,7 @@ def main() -> None:
     type=float,
     default=DEFAULT_LIMITS.wall_time_s,
     show_default=True,
+    callback=_positive_seconds,
     help="Wall-clock seconds per rollout (tasks may override).",
 )
 @click.option(
@@ -127,14 +165,16 @@ def main() -> None:
     "cpu_time_s",
     type=float,
     default=None,
+    callback=_positive_seconds,
     help="CPU seconds per rollout [default: same as --timeout].",
 )
 @click.option(
     "--memory",
-    "memory",
+    "memory_bytes",
     default="512MiB",
     show_default=True,
-    help="Memory per rollout, e.g. 256MiB or 1GiB (tasks may override).",
+    callback=_memory,
+    help="Memory per rollout, e.g. 256MiB or 1GiB; a bare number is bytes (tasks may override).",
 )
 @click.option(
     "--workers",
@@ -149,6 +189,11 @@ def main() -> None:
     show_default=True,
     help="pass@k values to report (each shown when every task has k rollouts).",
 )
+@click.option(
+    "--allow-root",
+    is_flag=True,
+    help="Let --isolation none run untrusted code as root (refused otherwise).",
+)
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
@@ -158,48 +203,87 @@ def score(
     isolation: str,
     wall_time_s: float,
     cpu_time_s: float | None,
-    memory: str,
+    memory_bytes: int,
     workers: int | None,
     ks: str,
+    allow_root: bool,
 ) -> None:
-    r"""Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
+    """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
     \b
     Examples:
       execgym score --dataset humaneval --solutions canonical -o results.jsonl
       execgym score tasks.jsonl rollouts.jsonl -o results.jsonl --timeout 5 --memory 256MiB
-    """
+    """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     k_values = _parse_ks(ks)
     try:
         limits = Limits(
             wall_time_s=wall_time_s,
-            cpu_time_s=cpu_time_s or wall_time_s,
-            memory_bytes=parse_size(memory),
+            cpu_time_s=cpu_time_s if cpu_time_s is not None else wall_time_s,
+            memory_bytes=memory_bytes,
         )
-        tasks, items = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
-        sandbox = create_sandbox(isolation)
+        tasks, items, skipped = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
+        sandbox = create_sandbox(isolation, allow_root=allow_root)
     except Error as error:
         raise click.ClickException(str(error)) from error
-    scorer = Scorer(tasks, sandbox, limits)
-    started = time.monotonic()
-    written: list[ScoredRollout] = []
+    cpus = os.cpu_count() or 1
+    if workers and workers > cpus:
+        click.echo(
+            f"warning: {workers} sandboxes at once on {cpus} CPUs: wall-clock limits may fire "
+            "for programs that are only waiting for a CPU",
+            err=True,
+        )
+    _warn_unknown_tasks(tasks, skipped, items)
+    scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped)
     try:
         asyncio.run(scorer.self_test())
     except Error as error:
         raise click.ClickException(str(error)) from error
-    # Lone surrogates (from a program's exception message, say) become JSON escapes.
-    with Path(output).open("w", encoding="utf-8", errors="backslashreplace") as sink:
+    started = time.monotonic()
+    results = _score_to_file(scorer, items, workers, output)
+    summary = summarize(results, time.monotonic() - started, k_values)
+    click.echo(summary.render())
+    click.echo(f"isolation: {isolation}; results: {output}")
+
+
+def _warn_unknown_tasks(
+    tasks: dict[str, Task], skipped: dict[str, str], items: list[RolloutLine | LineProblem]
+) -> None:
+    unknown: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, RolloutLine) and item.rollout.task_id not in tasks:
+            unknown[item.rollout.task_id] = unknown.get(item.rollout.task_id, 0) + 1
+    for task_id, count in unknown.items():
+        why = "its task was skipped as invalid" if task_id in skipped else "no such task"
+        click.echo(
+            f"warning: {count} rollout(s) for task_id {task_id!r} scored as invalid: {why}",
+            err=True,
+        )
+
+
+def _score_to_file(
+    scorer: Scorer, items: list[RolloutLine | LineProblem], workers: int | None, output: str
+) -> list[ScoredRollout]:
+    written: list[ScoredRollout] = []
+    stopped_by: list[int] = []
+    try:
+        # Lone surrogates (from a program's exception message, say) become JSON escapes.
+        sink = Path(output).open("w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot write the results to {output}: {error.strerror or error}"
+        ) from error
+    with sink:
         try:
-            results = asyncio.run(_score_with_progress(scorer, items, workers, sink, written))
+            return asyncio.run(
+                _score_with_progress(scorer, items, workers, sink, written, stopped_by)
+            )
         except (KeyboardInterrupt, asyncio.CancelledError):
             click.echo(
                 f"interrupted: {len(written)} of {len(items)} results were written to {output}",
                 err=True,
             )
-            sys.exit(130)
-    summary = summarize(results, time.monotonic() - started, k_values)
-    click.echo(summary.render())
-    click.echo(f"isolation: {isolation}; results: {output}")
+            sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
 
 
 async def _score_with_progress(
@@ -208,6 +292,7 @@ async def _score_with_progress(
     workers: int | None,
     sink: IO[str],
     written: list[ScoredRollout],
+    stopped_by: list[int],
 ) -> list[ScoredRollout]:
     from tqdm import tqdm
 
@@ -215,7 +300,12 @@ async def _score_with_progress(
     # and every finished result is already on disk.
     current = asyncio.current_task()
     if current is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
+
+        def stop() -> None:
+            stopped_by.append(signal.SIGTERM)
+            current.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
 
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
     with tqdm(total=len(items), unit="rollout", file=sys.stderr, disable=None) as bar:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields, replace
 from typing import Literal
@@ -24,6 +25,9 @@ _SIZE_UNITS = {
     "g": GiB,
     "gb": 1000**3,
     "gib": GiB,
+    "t": 1024 * GiB,
+    "tb": 1000**4,
+    "tib": 1024 * GiB,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -31,8 +35,9 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 def parse_size(text: str | int) -> int:
     """Parse a size such as ``"512MiB"``, ``"2GiB"``, ``"1.5G"`` or ``4096`` into bytes.
 
-    Binary suffixes (``KiB``, ``MiB``, ``GiB``, and the bare ``K``, ``M``, ``G``) are
-    powers of 1024; ``KB``, ``MB``, ``GB`` are powers of 1000.
+    Binary suffixes (``KiB``, ``MiB``, ``GiB``, ``TiB``, and the bare ``K``, ``M``,
+    ``G``, ``T``) are powers of 1024; ``KB``, ``MB``, ``GB``, ``TB`` are powers of 1000.
+    A number without a unit is bytes.
 
     Raises:
         ConfigError: if the text is not a positive size with a known unit.
@@ -99,8 +104,15 @@ class Limits:
             if field.name == "network":
                 continue
             value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"Limits.{field.name} must be a positive number, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ConfigError(
+                    f"Limits.{field.name} must be a positive, finite number, got {value!r}"
+                )
         if self.network not in ("none", "loopback"):
             raise ConfigError(f"Limits.network must be 'none' or 'loopback', got {self.network!r}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,12 +117,19 @@ class Scorer:
         tasks: ``{task_id: Task}``.
         sandbox: Where programs run.
         limits: Limits for every run, overridden per task by ``Task.limits``.
+        skipped_tasks: ``{task_id: why}`` for tasks left out of ``tasks`` because they
+            were invalid, so their rollouts are told why rather than "unknown task".
     """
 
     def __init__(
-        self, tasks: dict[str, Task], sandbox: Sandbox, limits: Limits = DEFAULT_LIMITS
+        self,
+        tasks: dict[str, Task],
+        sandbox: Sandbox,
+        limits: Limits = DEFAULT_LIMITS,
+        skipped_tasks: Mapping[str, str] | None = None,
     ) -> None:
         self.tasks = tasks
+        self.skipped_tasks = dict(skipped_tasks or {})
         self.sandbox = sandbox
         self.limits = limits
         self.judge = AssertJudge()
@@ -159,14 +166,14 @@ class Scorer:
         rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"
         task = self.tasks.get(rollout.task_id)
         if task is None:
-            return _invalid(
-                item.index,
-                rollout.task_id,
-                rollout_id,
-                f"unknown task_id {rollout.task_id!r}: no such task in the tasks "
-                "file; check the rollout's task_id",
-                isolation,
+            skipped = self.skipped_tasks.get(rollout.task_id)
+            message = (
+                f"task {rollout.task_id!r} was skipped because it is invalid: {skipped}"
+                if skipped
+                else f"unknown task_id {rollout.task_id!r}: no such task in the tasks file; "
+                "check the rollout's task_id"
             )
+            return _invalid(item.index, rollout.task_id, rollout_id, message, isolation)
         judgement: Judgement | None = None
         attempt = 0
         for attempt in range(1, SANDBOX_ATTEMPTS + 1):

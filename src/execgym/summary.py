@@ -64,7 +64,7 @@ class Summary:
     def render(self) -> str:
         """A few lines for a terminal."""
         counts = ", ".join(f"{name} {count}" for name, count in sorted(self.counts.items()))
-        lines = [f"{self.rollouts} rollouts of {self.tasks} tasks: {counts or 'none'}"]
+        lines = [f"{self.rollouts} rollouts, {self.tasks} tasks scored: {counts or 'none'}"]
         if self.masked:
             lines.append(f"{self.masked} masked (reward null: not the model's fault)")
         for k, value in self.pass_at_k.items():

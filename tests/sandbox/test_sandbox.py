@@ -256,3 +256,55 @@ async def test_none_backend_marks_results_unisolated(none_sandbox, caplog) -> No
     result = await none_sandbox.run(python("print(1)"))
     assert result.isolation == "none"
     assert result.enforcement["network"].startswith("not enforced")
+
+
+async def test_the_cgroup_is_removed_even_when_we_fail(sandbox, needs_cgroup, monkeypatch) -> None:
+    async def broken(spec: object) -> None:
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr("execgym.sandbox._run.run_process", broken)
+    with pytest.raises(RuntimeError):
+        await sandbox.run(python("pass"))
+    assert run_cgroups() == []
+
+
+async def test_a_run_stalled_at_its_memory_limit_is_a_memory_verdict() -> None:
+    from execgym.sandbox._process import ProcessOutcome
+    from execgym.sandbox._results import interpret
+
+    outcome = ProcessOutcome(
+        wait_status=9,
+        stdout=b"",
+        stderr=b"",
+        stdout_truncated=False,
+        stderr_truncated=False,
+        report=b"",
+        wall_time_s=5.0,
+        cpu_time_s=0.2,
+        peak_memory_bytes=256 * MiB,
+        killed_for="wall_time_s",
+        oom_killed=False,
+    )
+    result = interpret(
+        outcome,
+        isolation="bwrap",
+        enforcement={"memory_bytes": "cgroup-v1"},
+        memory_bytes=256 * MiB,
+    )
+    assert result.status is Status.MEMORY_LIMIT
+    slow = interpret(
+        outcome,
+        isolation="bwrap",
+        enforcement={"memory_bytes": "cgroup-v1"},
+        memory_bytes=1024 * MiB,
+    )
+    assert slow.status is Status.TIME_LIMIT
+
+
+def test_none_backend_refuses_root_unless_allowed(monkeypatch) -> None:
+    from execgym.sandbox import UnisolatedSandbox
+
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    with pytest.raises(SandboxUnavailable, match="allow-root"):
+        UnisolatedSandbox()
+    assert UnisolatedSandbox(allow_root=True).name == "none"

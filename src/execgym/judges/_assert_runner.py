@@ -84,7 +84,7 @@ def main():
     program = rest[:program_size].decode("utf-8", "replace")
     tests = rest[program_size : program_size + tests_size].decode("utf-8", "replace")
     del data, rest, header
-    source = program + "\n\n" + tests + "\n\ncheck(" + entry_point.decode("ascii") + ")\n"
+    source = program + "\n\n" + tests + "\n\ncheck(" + entry_point.decode("utf-8") + ")\n"
     lines = source.splitlines()
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     try:

@@ -88,7 +88,7 @@ def encode_job(nonce: str, entry_point: str, program: str, tests: str) -> bytes:
     program_bytes = program.encode("utf-8", "surrogatepass")
     tests_bytes = tests.encode("utf-8", "surrogatepass")
     header = f"EXECGYM1 {nonce} {entry_point} {len(program_bytes)} {len(tests_bytes)}\n"
-    return header.encode("ascii") + program_bytes + tests_bytes
+    return header.encode("utf-8") + program_bytes + tests_bytes
 
 
 def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:

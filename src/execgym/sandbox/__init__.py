@@ -18,21 +18,23 @@ ISOLATIONS = ("bwrap", "none")
 """Backend names accepted by :func:`create_sandbox`."""
 
 
-def create_sandbox(isolation: str = "bwrap") -> Sandbox:
+def create_sandbox(isolation: str = "bwrap", *, allow_root: bool = False) -> Sandbox:
     """Return the sandbox backend called ``isolation``.
 
     Args:
         isolation: ``"bwrap"`` (default: namespaces) or ``"none"`` (no isolation, for
             development only; every result is marked ``isolation: none``).
+        allow_root: Let ``"none"`` run untrusted code as root; refused otherwise.
 
     Raises:
-        SandboxUnavailable: if the backend cannot run here; the message says how to fix it.
+        SandboxUnavailable: if the backend cannot run here, or ``"none"`` is asked for
+            as root without ``allow_root``; the message says how to fix it.
         ConfigError: if ``isolation`` is not a known backend name.
     """
     if isolation == "bwrap":
         return BubblewrapSandbox()
     if isolation == "none":
-        return UnisolatedSandbox()
+        return UnisolatedSandbox(allow_root=allow_root)
     raise ConfigError(f"unknown isolation {isolation!r}; choose one of {list(ISOLATIONS)}")
 
 

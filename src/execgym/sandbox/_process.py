@@ -257,8 +257,9 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
                 kill_for("wall_time_s")
                 break
             step = min(remaining, _CPU_POLL_S) if measures_cpu else remaining
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(exited), timeout=step)
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation (Ctrl-C) that arrives as the process exits.
+            await asyncio.wait({exited}, timeout=step)
             if measures_cpu and not exited.done():
                 used = spec.cgroup.cpu_time_s() if spec.cgroup else None
                 if used is not None and used >= spec.cpu_time_s:
@@ -269,8 +270,7 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
         proc.returncode = os.waitstatus_to_exitcode(wait_status)
         ended = time.monotonic()
         _kill_tree(proc.pid, spec.cgroup)  # orphans and daemons die with the run
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*eofs), timeout=_DRAIN_GRACE_S)
+        await asyncio.wait(eofs, timeout=_DRAIN_GRACE_S)
     finally:
         loop.remove_reader(pidfd)
         os.close(pidfd)

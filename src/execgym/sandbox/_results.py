@@ -26,12 +26,25 @@ def _exit_and_signal(wait_status: int, *, shifted_signals: bool) -> tuple[int | 
     return code, None
 
 
+def _stalled_at_memory_limit(
+    outcome: ProcessOutcome, enforcement: Mapping[str, str], memory_bytes: int | None
+) -> bool:
+    return (
+        outcome.killed_for in ("wall_time_s", "cpu_time_s")
+        and memory_bytes is not None
+        and outcome.peak_memory_bytes is not None
+        and enforcement.get("memory_bytes", "").startswith("cgroup")
+        and outcome.peak_memory_bytes >= memory_bytes * 0.98
+    )
+
+
 def interpret(
     outcome: ProcessOutcome,
     *,
     isolation: str,
     enforcement: Mapping[str, str],
     shifted_signals: bool = False,
+    memory_bytes: int | None = None,
 ) -> RunResult:
     """Decide how a run ended: our kills first, then the OOM killer, then the exit.
 
@@ -40,11 +53,18 @@ def interpret(
         isolation: The backend's name, copied into the result.
         enforcement: How each limit was enforced, copied into the result.
         shifted_signals: The launcher reports signal N as exit code 128 + N (bwrap).
+        memory_bytes: The run's memory limit, to tell a run that stalled at it from a
+            slow one.
     """
     exit_code, signal = _exit_and_signal(outcome.wait_status, shifted_signals=shifted_signals)
     limit_hit = outcome.killed_for
     message = ""
-    if limit_hit is not None:
+    if limit_hit is not None and _stalled_at_memory_limit(outcome, enforcement, memory_bytes):
+        # Under memory pressure at its cgroup's limit a program can stall in reclaim
+        # until the clock runs out; that is a memory verdict, not a slow program.
+        status, limit_hit, exit_code = Status.MEMORY_LIMIT, "memory_bytes", None
+        message = "stalled at the memory limit until the time limit: memory_bytes exceeded"
+    elif limit_hit is not None:
         status = _KILL_STATUS[limit_hit]
         message = f"killed: {limit_hit} exceeded"
         exit_code = None

@@ -61,41 +61,47 @@ async def run_contained(
         cgroup = RunCgroup.create(limits)
     except OSError as error:
         return sandbox_error(isolation, f"could not create the run's cgroup: {error}")
-    cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
-    rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
-    measured = (
-        {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
-        if (cgroup and cgroup.measures_cpu)
-        else {}
-    )
-    how = {
-        "wall_time_s": "timer + kill of the whole tree",
-        "max_output_bytes": "capture cap + kill",
-        **rlimit_enforced,
-        **measured,
-        **cgroup_enforced,
-        **(enforcement or {}),
-    }
-    if cgroup is None:
-        how["cgroup"] = f"none: {detect_cgroups().reason}"
-    spec = ProcessSpec(
-        argv=argv,
-        env=env,
-        stdin=stdin,
-        cwd=cwd,
-        rlimits=rlimits,
-        cgroup=cgroup,
-        fd_map=fd_map,
-        want_report=want_report,
-        wall_time_s=limits.wall_time_s,
-        cpu_time_s=limits.cpu_time_s,
-        max_output_bytes=limits.max_output_bytes,
-    )
     try:
+        cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
+        rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
+        measured = (
+            {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
+            if (cgroup and cgroup.measures_cpu)
+            else {}
+        )
+        how = {
+            "wall_time_s": "timer + kill of the whole tree",
+            "max_output_bytes": "capture cap + kill",
+            **rlimit_enforced,
+            **measured,
+            **cgroup_enforced,
+            **(enforcement or {}),
+        }
+        if cgroup is None:
+            how["cgroup"] = f"none: {detect_cgroups().reason}"
+        spec = ProcessSpec(
+            argv=argv,
+            env=env,
+            stdin=stdin,
+            cwd=cwd,
+            rlimits=rlimits,
+            cgroup=cgroup,
+            fd_map=fd_map,
+            want_report=want_report,
+            wall_time_s=limits.wall_time_s,
+            cpu_time_s=limits.cpu_time_s,
+            max_output_bytes=limits.max_output_bytes,
+        )
         outcome = await run_process(spec)
     except OSError as error:
         return sandbox_error(isolation, f"could not start the sandbox: {error}")
     finally:
         if cgroup is not None:
-            cgroup.remove()
-    return interpret(outcome, isolation=isolation, enforcement=how, shifted_signals=shifted_signals)
+            cgroup.remove()  # always, even on our own errors or a cancellation
+    return interpret(
+        outcome,
+        isolation=isolation,
+        enforcement=how,
+        shifted_signals=shifted_signals,
+        memory_bytes=limits.memory_bytes,
+    )

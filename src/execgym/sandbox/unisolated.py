@@ -8,11 +8,13 @@ limits are applied (cgroup where writable, rlimits otherwise). Every result says
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from execgym.errors import SandboxUnavailable
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox._paths import safe_relative
@@ -34,11 +36,25 @@ _RECLAIM_WITHOUT_CGROUP = (
 
 
 class UnisolatedSandbox:
-    """Run each program as a plain child process in a fresh temp dir. NOT isolated."""
+    """Run each program as a plain child process in a fresh temp dir. NOT isolated.
+
+    Args:
+        allow_root: Run even when execgym runs as root, where untrusted code would get
+            root's full power over the host. Off by default.
+
+    Raises:
+        SandboxUnavailable: as root without ``allow_root``.
+    """
 
     name = "none"
 
-    def __init__(self) -> None:
+    def __init__(self, *, allow_root: bool = False) -> None:
+        if os.geteuid() == 0 and not allow_root:
+            raise SandboxUnavailable(
+                "isolation 'none' would run untrusted code as root, with full power over "
+                "this host; use the bwrap sandbox, or pass --allow-root "
+                "(UnisolatedSandbox(allow_root=True)) if you really mean it"
+            )
         log.warning(WARNING)
 
     async def run(

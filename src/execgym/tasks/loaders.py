@@ -32,12 +32,14 @@ class LineProblem:
         line_number: 1-based line number.
         index: 0-based index among the file's non-blank lines (the rollout index).
         message: What is wrong and how to fix it.
+        task_id: The line's ``task_id``, when it has a readable one.
     """
 
     path: str
     line_number: int
     index: int
     message: str
+    task_id: str | None = None
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line_number}: {self.message}"
@@ -70,7 +72,8 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, int, dict[str, Any] | Li
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        handle = opener(path, "rt", encoding="utf-8", errors="replace")
+        # utf-8-sig: a byte-order mark (as some editors write) is not part of line 1.
+        handle = opener(path, "rt", encoding="utf-8-sig", errors="replace")
     except OSError as error:
         raise TaskError(f"cannot read {path}: {error.strerror or error}") from error
     index = 0
@@ -104,10 +107,11 @@ def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
         if isinstance(value, LineProblem):
             problems.append(value)
             continue
+        task_id = value.get("task_id") if isinstance(value.get("task_id"), str) else None
         try:
             task = Task.model_validate(value)
         except ValidationError as error:
-            problems.append(LineProblem(str(path), number, index, _describe(error)))
+            problems.append(LineProblem(str(path), number, index, _describe(error), task_id))
             continue
         if task.task_id in tasks:
             problems.append(

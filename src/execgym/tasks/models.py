@@ -19,7 +19,7 @@ class TaskLimits(BaseModel):
     Field names and units are those of :class:`execgym.limits.Limits`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     wall_time_s: float | None = Field(default=None, gt=0)
     cpu_time_s: float | None = Field(default=None, gt=0)
