@@ -591,14 +591,17 @@ async def test_bc26_host_services_are_unreachable(bwrap_sandbox, none_sandbox) -
 )
 async def test_bc26_egress_fails_at_once(bwrap_sandbox, target: tuple[str, int]) -> None:
     """BC-26: ``socket.create_connection(("1.1.1.1", 443), 3)`` (and the metadata address)
-    fails at once with no route, so no packet leaves: RE, 0.0."""
+    fails at once, so no packet leaves: RE, 0.0. With the default ``network="none"`` the
+    seccomp filter refuses the Internet socket itself; with ``"loopback"`` there is no
+    route out of the network namespace."""
     completion = (
         f"    return a + b\nimport socket\nsocket.create_connection({target!r}, 3)\nprint('open')\n"
     )
     started = time.monotonic()
     result = await score(bwrap_sandbox, completion)
     assert (result.verdict, result.reward) == (Verdict.ERROR, 0.0)
-    assert "Network is unreachable" in error_of(result).message
+    assert error_of(result).message in ("[Errno 1] Operation not permitted",
+                                        "[Errno 101] Network is unreachable")
     assert b"open" not in run_of(result).stdout
     assert time.monotonic() - started < 1.5
 

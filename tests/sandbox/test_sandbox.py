@@ -308,3 +308,43 @@ def test_none_backend_refuses_root_unless_allowed(monkeypatch) -> None:
     with pytest.raises(SandboxUnavailable, match="allow-root"):
         UnisolatedSandbox()
     assert UnisolatedSandbox(allow_root=True).name == "none"
+
+
+SYSCALL_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+numbers = {"ptrace": 101, "unshare": 272, "bpf": 321, "keyctl": 250, "userfaultfd": 323,
+           "perf_event_open": 298, "mount": 165, "kexec_load": 246, "init_module": 175,
+           "process_vm_readv": 310}
+for name, number in numbers.items():
+    result = libc.syscall(number, 0, 0, 0, 0, 0)
+    print(name, result, ctypes.get_errno())
+"""
+
+
+async def test_bwrap_seccomp_refuses_dangerous_syscalls(bwrap_sandbox) -> None:
+    import errno
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe uses x86_64 system-call numbers")
+    result = await bwrap_sandbox.run(python(SYSCALL_PROBE))
+    assert result.status is Status.OK, result.stderr
+    for line in result.stdout.decode().splitlines():
+        name, value, error = line.split()
+        assert (int(value), int(error)) == (-1, errno.EPERM), line
+    assert "seccomp" in result.enforcement["syscalls"]
+
+
+async def test_bwrap_network_none_refuses_internet_sockets_loopback_allows_them(
+    bwrap_sandbox,
+) -> None:
+    code = (
+        "import socket\nserver = socket.create_server(('127.0.0.1', 0))\n"
+        "client = socket.create_connection(server.getsockname(), 1)\nprint('loopback ok')\n"
+    )
+    closed = await bwrap_sandbox.run(python(code))
+    assert closed.status is Status.RUNTIME_ERROR
+    assert b"PermissionError" in closed.stderr
+    open_ = await bwrap_sandbox.run(python(code), limits=Limits(network="loopback"))
+    assert open_.stdout == b"loopback ok\n", open_.stderr

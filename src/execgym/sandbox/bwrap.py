@@ -23,6 +23,7 @@ from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._process import memfd_with
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
+from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
 from execgym.sandbox.base import RunResult
 
 SANDBOX_UID = 65534
@@ -31,6 +32,7 @@ SANDBOX_UID = 65534
 WORK_DIR = "/work"
 """The program's working directory inside the sandbox: a private, writable tmpfs."""
 
+_SECCOMP_FD = 9
 _FIRST_FILE_FD = 10
 _INSTALL_HINT = (
     "bubblewrap (bwrap) is not installed. Install it with `sudo apt-get install bubblewrap` "
@@ -86,6 +88,14 @@ class BubblewrapSandbox:
                 "running as root needs setpriv (util-linux) to drop to an unprivileged uid; "
                 "install it with `apt-get install util-linux`"
             )
+        try:
+            seccomp_program(DEFAULT_LIMITS.network)
+        except (ImportError, OSError) as error:
+            raise SandboxUnavailable(
+                f"cannot build the seccomp filter ({error}); install libseccomp "
+                "(`apt-get install libseccomp2`) and the pyseccomp package "
+                "(`pip install pyseccomp`)"
+            ) from error
         paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
         self._read_only = [os.path.realpath(p) for p in paths]
 
@@ -169,9 +179,10 @@ class BubblewrapSandbox:
             TaskError: if a file name would escape the work dir.
         """
         fd_map: dict[int, int] = {}
-        file_args: list[str] = []
+        file_args: list[str] = ["--seccomp", str(_SECCOMP_FD)]
         dirs: set[str] = set()
         try:
+            fd_map[_SECCOMP_FD] = memfd_with(seccomp_program(limits.network), "execgym-seccomp")
             for offset, (name, content) in enumerate((files or {}).items()):
                 relative = safe_relative(name)
                 for parent in reversed(relative.parents[:-1]):
@@ -197,7 +208,14 @@ class BubblewrapSandbox:
                 want_report=want_report,
                 shifted_signals=True,
                 enforcement={
-                    "network": "network namespace (loopback only)",
+                    "network": "network namespace"
+                    + (
+                        " + seccomp: no Internet sockets"
+                        if limits.network == "none"
+                        else " (loopback only)"
+                    ),
+                    "syscalls": f"seccomp: {len(BLOCKED_SYSCALLS)} calls and namespace "
+                    "flags refused",
                     "disk_bytes": "tmpfs size",
                     "reclaim": "pid namespace: every process dies with the run",
                 },
