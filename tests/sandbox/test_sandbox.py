@@ -331,7 +331,7 @@ async def test_bwrap_seccomp_refuses_dangerous_syscalls(bwrap_sandbox) -> None:
     result = await bwrap_sandbox.run(python(SYSCALL_PROBE))
     assert result.status is Status.OK, result.stderr
     for line in result.stdout.decode().splitlines():
-        name, value, error = line.split()
+        _name, value, error = line.split()
         assert (int(value), int(error)) == (-1, errno.EPERM), line
     assert "seccomp" in result.enforcement["syscalls"]
 
