@@ -22,7 +22,7 @@ import click
 from execgym._version import __version__
 from execgym.errors import Error, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
-from execgym.sandbox import ISOLATIONS, create_sandbox
+from execgym.sandbox import ISOLATIONS, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.summary import summarize
 from execgym.tasks import (
@@ -190,6 +190,13 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
     help="pass@k values to report (each shown when every task has k rollouts).",
 )
 @click.option(
+    "--warm-pool/--no-warm-pool",
+    default=True,
+    show_default=True,
+    help="With bwrap, fork each Python rollout from a warm, pre-started interpreter "
+    "(same isolation as a fresh sandbox, several times faster).",
+)
+@click.option(
     "--allow-root",
     is_flag=True,
     help="Let --isolation none run untrusted code as root (refused otherwise).",
@@ -206,6 +213,7 @@ def score(
     memory_bytes: int,
     workers: int | None,
     ks: str,
+    warm_pool: bool,
     allow_root: bool,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
@@ -223,7 +231,11 @@ def score(
             memory_bytes=memory_bytes,
         )
         tasks, items, skipped = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
-        sandbox = create_sandbox(isolation, allow_root=allow_root)
+        sandbox = (
+            WarmPoolSandbox()
+            if isolation == "bwrap" and warm_pool
+            else create_sandbox(isolation, allow_root=allow_root)
+        )
     except Error as error:
         raise click.ClickException(str(error)) from error
     cpus = os.cpu_count() or 1
@@ -235,10 +247,6 @@ def score(
         )
     _warn_unknown_tasks(tasks, skipped, items)
     scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped)
-    try:
-        asyncio.run(scorer.self_test())
-    except Error as error:
-        raise click.ClickException(str(error)) from error
     started = time.monotonic()
     results = _score_to_file(scorer, items, workers, output)
     summary = summarize(results, time.monotonic() - started, k_values)
@@ -267,6 +275,12 @@ def _score_to_file(
     written: list[ScoredRollout] = []
     stopped_by: list[int] = []
     try:
+        asyncio.run(scorer.self_test())
+    except Error as error:
+        raise click.ClickException(str(error)) from error
+    finally:
+        _close(scorer.sandbox)
+    try:
         # Lone surrogates (from a program's exception message, say) become JSON escapes.
         sink = Path(output).open("w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
     except OSError as error:
@@ -284,6 +298,13 @@ def _score_to_file(
                 err=True,
             )
             sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
+
+
+def _close(sandbox: object) -> None:
+    """Stop a sandbox that keeps processes between runs (the warm pool), if it does."""
+    aclose = getattr(sandbox, "aclose", None)
+    if aclose is not None:
+        asyncio.run(aclose())
 
 
 async def _score_with_progress(
@@ -316,7 +337,12 @@ async def _score_with_progress(
             written.append(result)
             bar.update(1)
 
-        return await scorer.score(items, workers=workers, on_result=write)
+        try:
+            return await scorer.score(items, workers=workers, on_result=write)
+        finally:
+            aclose = getattr(scorer.sandbox, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 if __name__ == "__main__":

@@ -80,3 +80,23 @@ class FakeSandbox:
         scripted: Iterable[RunResult] = self.results
         ordered = list(scripted)
         return ordered[min(len(self.calls), len(ordered)) - 1]
+
+    async def run_python(
+        self,
+        source: bytes,
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Record the call as ``python runner.py`` and return the next scripted result."""
+        return await self.run(
+            ["python", "runner.py"],
+            stdin=stdin,
+            files={**(files or {}), "runner.py": source},
+            limits=limits,
+            env=env,
+            want_report=want_report,
+        )

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import sys
 from importlib import resources
 
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.limits import Limits
+from execgym.sandbox._python import python_command  # noqa: F401 - re-exported for users
 from execgym.sandbox.base import RunResult, Sandbox, Status
 from execgym.tasks.models import Task
 
@@ -29,23 +28,6 @@ _REPORTED = {
 
 def _runner_source() -> bytes:
     return resources.files("execgym.judges").joinpath("_assert_runner.py").read_bytes()
-
-
-def python_command(script: str, executable: str | None = None) -> list[str]:
-    """The argv that runs ``script`` with a Python interpreter inside a sandbox.
-
-    Args:
-        script: Path of the script, relative to the sandbox's work dir.
-        executable: The interpreter; the one running execgym by default. Symlinks are
-            resolved, so a virtual environment's interpreter runs as its base.
-
-    The interpreter is started isolated (``-I``: no environment variables, no user
-    site), without ``site`` (``-S``: no site-packages and no ``.pth`` files, which cost
-    tens of milliseconds per start) and in UTF-8 mode, so only the standard library is
-    importable.
-    """
-    resolved = os.path.realpath(executable or sys.executable)
-    return [resolved, "-I", "-S", "-B", "-X", "utf8", script]
 
 
 _FULL_SOLUTION_STARTS = ("def ", "async def ", "class ", "import ", "from ", "@")
@@ -169,10 +151,9 @@ class AssertJudge:
             The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
         """
         nonce = secrets.token_hex(16)
-        run = await sandbox.run(
-            python_command("runner.py"),
+        run = await sandbox.run_python(
+            self._runner,
             stdin=encode_job(nonce, task.entry_point, build_program(task, completion), task.tests),
-            files={"runner.py": self._runner},
             limits=limits,
             want_report=True,
         )

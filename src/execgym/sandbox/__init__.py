@@ -12,9 +12,10 @@ from __future__ import annotations
 from execgym.errors import ConfigError
 from execgym.sandbox.base import RunResult, Sandbox, Status
 from execgym.sandbox.bwrap import BubblewrapSandbox
+from execgym.sandbox.pool import WarmPoolSandbox
 from execgym.sandbox.unisolated import UnisolatedSandbox
 
-ISOLATIONS = ("bwrap", "none")
+ISOLATIONS = ("bwrap", "gvisor", "none")
 """Backend names accepted by :func:`create_sandbox`."""
 
 
@@ -22,8 +23,10 @@ def create_sandbox(isolation: str = "bwrap", *, allow_root: bool = False) -> San
     """Return the sandbox backend called ``isolation``.
 
     Args:
-        isolation: ``"bwrap"`` (default: namespaces) or ``"none"`` (no isolation, for
-            development only; every result is marked ``isolation: none``).
+        isolation: ``"bwrap"`` (default: namespaces), ``"gvisor"`` (gVisor's user-space
+            kernel, ``runsc``: a stronger boundary, slower start; needs root) or
+            ``"none"`` (no isolation, for development only; every result is marked
+            ``isolation: none``).
         allow_root: Let ``"none"`` run untrusted code as root; refused otherwise.
 
     Raises:
@@ -33,6 +36,10 @@ def create_sandbox(isolation: str = "bwrap", *, allow_root: bool = False) -> San
     """
     if isolation == "bwrap":
         return BubblewrapSandbox()
+    if isolation == "gvisor":
+        from execgym.sandbox.gvisor import GVisorSandbox
+
+        return GVisorSandbox()
     if isolation == "none":
         return UnisolatedSandbox(allow_root=allow_root)
     raise ConfigError(f"unknown isolation {isolation!r}; choose one of {list(ISOLATIONS)}")
@@ -45,5 +52,6 @@ __all__ = [
     "Sandbox",
     "Status",
     "UnisolatedSandbox",
+    "WarmPoolSandbox",
     "create_sandbox",
 ]

@@ -19,33 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from execgym.sandbox._cgroup import RunCgroup
+from execgym.sandbox._supervise import Supervisor
 
 REPORT_FD = 3
 """The fd number of the harness report channel inside the sandbox."""
 
-_READ_CHUNK = 65536
-_REPORT_CAP_BYTES = 8 * 1024 * 1024
-_CPU_POLL_S = 0.05
-_DRAIN_GRACE_S = 0.5
-
-
-@dataclass(slots=True)
-class _Capture:
-    """Bytes kept from one pipe, up to a cap, plus whether more was written."""
-
-    cap: int
-    data: bytearray = field(default_factory=bytearray)
-    overflowed: bool = False
-
-    def add(self, chunk: bytes) -> bool:
-        """Keep what fits; return ``True`` once the cap has been passed."""
-        room = self.cap - len(self.data)
-        if len(chunk) > room:
-            self.data += chunk[: max(room, 0)]
-            self.overflowed = True
-        else:
-            self.data += chunk
-        return self.overflowed
+_FIFO_BUFFER_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +40,10 @@ class ProcessSpec:
         cgroup: The run's cgroup, joined by the child before exec.
         fd_map: ``{fd in child: fd in parent}`` for extra inherited descriptors.
         want_report: Open a pipe on fd 3 in the child and collect what it writes.
+        report_path: With ``want_report``, a named pipe (FIFO) to use as that pipe, for a
+            sandbox that cannot inherit fd 3 and opens the FIFO by name instead (gVisor).
+            Its write end still goes to the child on fd 3, so the channel ends only when
+            the whole tree is gone.
         wall_time_s: Wall-clock budget in seconds.
         cpu_time_s: CPU budget of the tree in seconds, enforced by polling the cgroup.
         max_output_bytes: Cap for each of stdout and stderr; passing it kills the run.
@@ -77,6 +60,7 @@ class ProcessSpec:
     cgroup: RunCgroup | None = None
     fd_map: Mapping[int, int] = field(default_factory=dict)
     want_report: bool = False
+    report_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +90,24 @@ def memfd_with(data: bytes, name: str = "execgym") -> int:
     return fd
 
 
+def _open_fifo(path: str) -> tuple[int, int]:
+    """Open both ends of the named pipe at ``path``, like :func:`os.pipe` (close-on-exec).
+
+    Its buffer is raised to 1 MiB (``pipe-max-size``): gVisor cuts a write to a host
+    FIFO short at what the buffer holds instead of blocking as Linux does, so a
+    program's single ``write`` of up to 1 MiB arrives whole.
+    """
+    read_end = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        write_end = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        os.close(read_end)
+        raise
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, _FIFO_BUFFER_BYTES)
+    return read_end, write_end
+
+
 def _make_preexec(spec: ProcessSpec, fd_map: dict[int, int]) -> Callable[[], None]:
     procs_files = spec.cgroup.procs_files() if spec.cgroup else []
     rlimits = list(spec.rlimits)
@@ -127,29 +129,6 @@ def _make_preexec(spec: ProcessSpec, fd_map: dict[int, int]) -> Callable[[], Non
             resource.setrlimit(kind, (value, value))
 
     return preexec
-
-
-def _reader(
-    fd: int, capture: _Capture, on_overflow: Callable[[], None] | None, done: asyncio.Future[None]
-) -> Callable[[], None]:
-    loop = asyncio.get_running_loop()
-
-    def on_readable() -> None:
-        try:
-            chunk = os.read(fd, _READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            loop.remove_reader(fd)
-            if not done.done():
-                done.set_result(None)
-            return
-        if capture.add(chunk) and on_overflow is not None:
-            on_overflow()
-
-    return on_readable
 
 
 def tree_cpu_time_s(root: int) -> float:
@@ -197,10 +176,10 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
     pipes = {name: os.pipe() for name in ("stdout", "stderr")}
     if spec.want_report:
-        pipes["report"] = os.pipe()
+        pipes["report"] = _open_fifo(spec.report_path) if spec.report_path else os.pipe()
     fd_map = dict(spec.fd_map)
     if spec.want_report:
-        fd_map[3] = pipes["report"][1]
+        fd_map[REPORT_FD] = pipes["report"][1]
     stdin_fd = memfd_with(spec.stdin, "execgym-stdin") if spec.stdin else None
     started = time.monotonic()
     try:
@@ -216,75 +195,76 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
             start_new_session=True,
             close_fds=True,
         )
+    except BaseException:
+        for read_end, _ in pipes.values():
+            os.close(read_end)
+        raise
     finally:
         for _, write_end in pipes.values():
             os.close(write_end)
         if stdin_fd is not None:
             os.close(stdin_fd)
-    captures = {
-        "stdout": _Capture(spec.max_output_bytes),
-        "stderr": _Capture(spec.max_output_bytes),
-        "report": _Capture(_REPORT_CAP_BYTES),
-    }
-    killed_for: list[str] = []
-
     sampled_cpu_s = [0.0]
 
-    def kill_for(reason: str) -> None:
-        if not killed_for:
-            killed_for.append(reason)
-            if spec.cgroup is None or not spec.cgroup.measures_cpu:
-                # Killed processes are never reaped into rusage: read their clocks first.
-                sampled_cpu_s[0] = tree_cpu_time_s(proc.pid)
-            _kill_tree(proc.pid, spec.cgroup)
+    def kill() -> None:
+        if spec.cgroup is None or not spec.cgroup.measures_cpu:
+            # Killed processes are never reaped into rusage: read their clocks first.
+            sampled_cpu_s[0] = tree_cpu_time_s(proc.pid)
+        _kill_tree(proc.pid, spec.cgroup)
 
-    eofs: list[asyncio.Future[None]] = []
-    for name, (read_end, _) in pipes.items():
-        os.set_blocking(read_end, False)
-        eof: asyncio.Future[None] = loop.create_future()
-        eofs.append(eof)
-        overflow = (lambda: kill_for("max_output_bytes")) if name != "report" else None
-        loop.add_reader(read_end, _reader(read_end, captures[name], overflow, eof))
+    watcher = Supervisor(
+        {name: ends[0] for name, ends in pipes.items()},
+        max_output_bytes=spec.max_output_bytes,
+        kill=kill,
+    )
     pidfd = os.pidfd_open(proc.pid)
-    exited: asyncio.Future[None] = loop.create_future()
+    exited: asyncio.Future[object] = loop.create_future()
     loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
     try:
-        deadline = started + spec.wall_time_s
-        measures_cpu = spec.cgroup is not None and spec.cgroup.measures_cpu
-        while not exited.done():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                kill_for("wall_time_s")
-                break
-            step = min(remaining, _CPU_POLL_S) if measures_cpu else remaining
-            # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a
-            # cancellation (Ctrl-C) that arrives as the process exits.
-            await asyncio.wait({exited}, timeout=step)
-            if measures_cpu and not exited.done():
-                used = spec.cgroup.cpu_time_s() if spec.cgroup else None
-                if used is not None and used >= spec.cpu_time_s:
-                    kill_for("cpu_time_s")
-                    break
-        await exited
+        await watcher.watch(
+            exited,
+            started=started,
+            wall_time_s=spec.wall_time_s,
+            cpu_time_s=spec.cpu_time_s,
+            cgroup=spec.cgroup,
+        )
         _, wait_status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(wait_status)
         ended = time.monotonic()
         _kill_tree(proc.pid, spec.cgroup)  # orphans and daemons die with the run
-        await asyncio.wait(eofs, timeout=_DRAIN_GRACE_S)
+        await watcher.drain()
     finally:
         loop.remove_reader(pidfd)
         os.close(pidfd)
-        for read_end, _ in pipes.values():
-            loop.remove_reader(read_end)
-            os.close(read_end)
+        watcher.close()
         if proc.returncode is None:
             _kill_tree(proc.pid, spec.cgroup)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(proc.pid, 0)
             proc.returncode = -9
-    cgroup = spec.cgroup
+    return outcome_of(
+        watcher,
+        wait_status=wait_status,
+        wall_time_s=ended - started,
+        cgroup=spec.cgroup,
+        rusage_cpu_s=max(usage.ru_utime + usage.ru_stime, sampled_cpu_s[0]),
+        rusage_peak_bytes=usage.ru_maxrss * 1024,
+    )
+
+
+def outcome_of(
+    watcher: Supervisor,
+    *,
+    wait_status: int,
+    wall_time_s: float,
+    cgroup: RunCgroup | None,
+    rusage_cpu_s: float,
+    rusage_peak_bytes: int,
+) -> ProcessOutcome:
+    """Collect a supervised run's outcome; the cgroup's figures win over rusage."""
     cpu = cgroup.cpu_time_s() if cgroup is not None else None
     peak = cgroup.peak_memory_bytes() if cgroup is not None else None
+    captures = watcher.captures
     return ProcessOutcome(
         wait_status=wait_status,
         stdout=bytes(captures["stdout"].data),
@@ -292,11 +272,9 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
         stdout_truncated=captures["stdout"].overflowed,
         stderr_truncated=captures["stderr"].overflowed,
         report=bytes(captures["report"].data),
-        wall_time_s=ended - started,
-        cpu_time_s=cpu
-        if cpu is not None
-        else max(usage.ru_utime + usage.ru_stime, sampled_cpu_s[0]),
-        peak_memory_bytes=peak if peak is not None else usage.ru_maxrss * 1024,
-        killed_for=killed_for[0] if killed_for else None,
+        wall_time_s=wall_time_s,
+        cpu_time_s=cpu if cpu is not None else rusage_cpu_s,
+        peak_memory_bytes=peak if peak is not None else rusage_peak_bytes,
+        killed_for=watcher.killed_for,
         oom_killed=cgroup.oom_killed() if cgroup is not None else False,
     )

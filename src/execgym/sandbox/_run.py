@@ -38,6 +38,8 @@ async def run_contained(
     cwd: str | None = None,
     enforcement: Mapping[str, str] | None = None,
     shifted_signals: bool = False,
+    report_path: str | None = None,
+    apply_rlimits: bool = True,
 ) -> RunResult:
     """Run ``argv`` in a fresh cgroup (when the host has one) and reclaim everything.
 
@@ -52,6 +54,12 @@ async def run_contained(
         cwd: Host-side working directory of the launcher.
         enforcement: How the backend itself enforces limits (network, disk...).
         shifted_signals: The launcher reports signal N as exit code 128 + N.
+        report_path: A FIFO the sandbox opens by name as its report channel, instead of
+            inheriting fd 3 (see :class:`~execgym.sandbox._process.ProcessSpec`).
+        apply_rlimits: Set the rlimits on the launcher, and so on all it starts. A
+            launcher that sets them inside its own sandbox (runsc) passes ``False``:
+            they would limit its own processes. Its ``enforcement`` then says how they
+            are enforced; any it does not name is reported ``"not enforced"``.
 
     Returns:
         The :class:`RunResult`; a failure to set the run up is a ``SANDBOX_ERROR``
@@ -64,6 +72,8 @@ async def run_contained(
     try:
         cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
         rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
+        if not apply_rlimits:
+            rlimits, rlimit_enforced = [], dict.fromkeys(rlimit_enforced, "not enforced")
         measured = (
             {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
             if (cgroup and cgroup.measures_cpu)
@@ -88,6 +98,7 @@ async def run_contained(
             cgroup=cgroup,
             fd_map=fd_map,
             want_report=want_report,
+            report_path=report_path,
             wall_time_s=limits.wall_time_s,
             cpu_time_s=limits.cpu_time_s,
             max_output_bytes=limits.max_output_bytes,

@@ -21,6 +21,7 @@ from execgym.errors import SandboxUnavailable, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._process import memfd_with
+from execgym.sandbox._python import run_python_as_file
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
 from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
@@ -41,7 +42,7 @@ _INSTALL_HINT = (
 )
 
 
-def _system_binds() -> list[str]:
+def system_binds() -> list[str]:
     """Bind /usr read-only and recreate the merged-/usr symlinks (or bind real dirs)."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -50,6 +51,24 @@ def _system_binds() -> list[str]:
             args += ["--symlink", os.readlink(path), f"/{name}"]
         elif path.is_dir():
             args += ["--ro-bind", str(path), f"/{name}"]
+    return args
+
+
+def read_only_binds(paths: Sequence[str]) -> list[str]:
+    """Bind each host directory read-only at the same path.
+
+    The directories above it are created world-traversable (0755) first: bwrap would
+    otherwise copy, say, ``/root``'s 0700 and the unprivileged program could not reach
+    the interpreter below it.
+    """
+    args: list[str] = []
+    made: set[str] = set()
+    for path in paths:
+        for parent in reversed(Path(path).parents[:-1]):
+            if str(parent) not in made:
+                made.add(str(parent))
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", path, path]
     return args
 
 
@@ -121,9 +140,8 @@ class BubblewrapSandbox:
                 str(SANDBOX_UID),
                 "--disable-userns",
             ]
-        command += _system_binds()
-        for path in self._read_only:
-            command += ["--ro-bind", path, path]
+        command += system_binds()
+        command += read_only_binds(self._read_only)
         size = str(limits.disk_bytes)
         command += [
             "--proc",
@@ -227,3 +245,18 @@ class BubblewrapSandbox:
         finally:
             for fd in fd_map.values():
                 os.close(fd)
+
+    async def run_python(
+        self,
+        source: bytes,
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run a Python script (as ``runner.py``); see :meth:`Sandbox.run_python`."""
+        return await run_python_as_file(
+            self, source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
+        )

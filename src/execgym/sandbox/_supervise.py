@@ -1,0 +1,132 @@
+"""Watch one running program: read its pipes with caps and enforce its clocks.
+
+Shared by every way of starting a run (a launched ``bwrap``, a fork of the warm pool's
+zygote): the caller starts the program and says how to kill it; the supervisor reads
+stdout, stderr and the report channel while it runs, kills it when it writes too much or
+its wall-clock or CPU budget is spent, and waits for it to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from execgym.sandbox._cgroup import RunCgroup
+
+READ_CHUNK_BYTES = 65536
+REPORT_CAP_BYTES = 8 * 1024 * 1024
+CPU_POLL_S = 0.05
+DRAIN_GRACE_S = 0.5
+
+
+@dataclass(slots=True)
+class Capture:
+    """Bytes kept from one pipe, up to a cap, plus whether more was written."""
+
+    cap: int
+    data: bytearray = field(default_factory=bytearray)
+    overflowed: bool = False
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep what fits; return ``True`` once the cap has been passed."""
+        room = self.cap - len(self.data)
+        if len(chunk) > room:
+            self.data += chunk[: max(room, 0)]
+            self.overflowed = True
+        else:
+            self.data += chunk
+        return self.overflowed
+
+
+class Supervisor:
+    """Reads a run's pipes and enforces its limits until it has ended.
+
+    Args:
+        read_ends: ``{"stdout": fd, "stderr": fd, "report": fd}`` (report optional),
+            read ends of pipes whose write ends the caller has closed; the supervisor
+            owns and closes them.
+        max_output_bytes: Cap for each of stdout and stderr; passing it kills the run.
+        kill: Kills the whole run; called once, with the reason (a ``Limits`` field).
+    """
+
+    def __init__(
+        self, read_ends: Mapping[str, int], *, max_output_bytes: int, kill: Callable[[], None]
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._kill = kill
+        self.killed_for: str | None = None
+        self.captures = {
+            "stdout": Capture(max_output_bytes),
+            "stderr": Capture(max_output_bytes),
+            "report": Capture(REPORT_CAP_BYTES),
+        }
+        self._fds = dict(read_ends)
+        self._eofs: list[asyncio.Future[None]] = []
+        for name, fd in self._fds.items():
+            os.set_blocking(fd, False)
+            eof: asyncio.Future[None] = self._loop.create_future()
+            self._eofs.append(eof)
+            self._loop.add_reader(fd, self._on_readable, name, fd, eof)
+
+    def _on_readable(self, name: str, fd: int, eof: asyncio.Future[None]) -> None:
+        try:
+            chunk = os.read(fd, READ_CHUNK_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._loop.remove_reader(fd)
+            if not eof.done():
+                eof.set_result(None)
+            return
+        if self.captures[name].add(chunk) and name != "report":
+            self.kill_for("max_output_bytes")
+
+    def kill_for(self, reason: str) -> None:
+        """Kill the run (once) and remember which limit it broke."""
+        if self.killed_for is None:
+            self.killed_for = reason
+            self._kill()
+
+    async def watch(
+        self,
+        exited: asyncio.Future[object],
+        *,
+        started: float,
+        wall_time_s: float,
+        cpu_time_s: float,
+        cgroup: RunCgroup | None,
+    ) -> None:
+        """Return once ``exited`` is done, killing the run first if a clock runs out."""
+        deadline = started + wall_time_s
+        measures_cpu = cgroup is not None and cgroup.measures_cpu
+        while not exited.done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill_for("wall_time_s")
+                break
+            step = min(remaining, CPU_POLL_S) if measures_cpu else remaining
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation (Ctrl-C) that arrives as the process exits.
+            await asyncio.wait({exited}, timeout=step)
+            if measures_cpu and cgroup is not None and not exited.done():
+                used = cgroup.cpu_time_s()
+                if used is not None and used >= cpu_time_s:
+                    self.kill_for("cpu_time_s")
+                    break
+        await exited
+
+    async def drain(self) -> None:
+        """Read what is left in the pipes, waiting at most ``DRAIN_GRACE_S``."""
+        await asyncio.wait(self._eofs, timeout=DRAIN_GRACE_S)
+
+    def close(self) -> None:
+        """Stop reading and close the pipes."""
+        for fd in self._fds.values():
+            self._loop.remove_reader(fd)
+            os.close(fd)
+        self._fds.clear()

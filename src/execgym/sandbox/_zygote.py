@@ -1,0 +1,311 @@
+"""The fork server of the warm pool. Runs INSIDE a bwrap sandbox; trusted code only.
+
+It starts once, imports the modules rollouts commonly use, then serves runs over a Unix
+SEQPACKET socket on fd 3: each request is a JSON header plus descriptors (stdin,
+stdout, stderr, report, a files archive, the script). For each run it forks a child
+that, before any untrusted code exists in it:
+
+1. joins the run's cgroups (writing ``0`` to ``cgroup.procs``: "this process");
+2. enters fresh mount, PID, network, IPC and UTS namespaces, forks the program as PID 1
+   of the new PID namespace and waits for it (so killing it kills the whole run);
+3. in the program: mounts a private tmpfs on /work and /tmp and a fresh /proc, hides
+   the cgroup files, writes the run's files, puts the descriptors on 0-3 and closes
+   every other one (the control socket included), applies the rlimits, drops to uid
+   65534 (or, in a user namespace, drops every capability), sets ``no_new_privs``,
+   loads the seccomp filter, reseeds ``random``, and only then runs the script.
+
+The zygote itself never reads a job's contents (they stay in the passed descriptors),
+so no rollout can find another's program, tests or nonce in memory it inherits. It
+reports ``{"run": id, "status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
+a child ends, and kills a run's process on ``{"kill": id}``.
+"""
+
+import array
+import builtins
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+
+PRELOADED = (
+    "abc", "bisect", "collections", "copy", "dataclasses", "decimal", "enum", "fractions",
+    "functools", "hashlib", "heapq", "itertools", "math", "operator", "random", "re",
+    "statistics", "string", "sys", "typing",
+)  # fmt: skip
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 38, 22, 24
+SECCOMP_MODE_FILTER = 2
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+
+libc = ctypes.CDLL(None, use_errno=True)
+python_libc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL across the call: for clone
+python = ctypes.pythonapi
+
+
+def check(result, what):
+    if result < 0:
+        error = ctypes.get_errno()
+        raise OSError(error, what + ": " + os.strerror(error))
+    return result
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def load_seccomp(program):
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def mount(source, target, fstype, flags, data):
+    check(
+        libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        "mount " + target,
+    )
+
+
+def loopback_up():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        import fcntl
+        import struct
+
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(probe, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
+def read_all(fd):
+    """The whole content of an in-memory file passed by the host."""
+    return os.pread(fd, os.fstat(fd).st_size, 0) if fd >= 0 else b""
+
+
+def write_files(fd):
+    data = read_all(fd)
+    offset = 0
+    while offset < len(data):
+        name_size = int.from_bytes(data[offset : offset + 4], "little")
+        name = data[offset + 4 : offset + 4 + name_size].decode("utf-8")
+        offset += 4 + name_size
+        size = int.from_bytes(data[offset : offset + 8], "little")
+        content = data[offset + 8 : offset + 8 + size]
+        offset += 8 + size
+        parent = os.path.dirname(name)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+            os.chmod(parent, 0o777)
+        with open(name, "wb") as handle:
+            handle.write(content)
+        os.chmod(name, 0o666)
+
+
+def clone_into_namespaces(flags):
+    """fork(), but the child starts in new namespaces: it is PID 1 of a new PID namespace.
+
+    A raw clone(2) with the interpreter's own fork hooks around it, as os.fork() does;
+    the zygote is single-threaded, so this is as safe as os.fork() there.
+    """
+    python.PyOS_BeforeFork()
+    pid = python_libc.syscall(SYS_CLONE[os.uname().machine], flags | signal.SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:
+        python.PyOS_AfterFork_Child()
+        return 0
+    python.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "clone: " + os.strerror(ctypes.get_errno()))
+    return pid
+
+
+def prepare_world(header):
+    """As the run's PID 1, with the zygote's capabilities: the run's own file system."""
+    mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    size = str(header["disk_bytes"])
+    mount("tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=0777")
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=1777")
+    if os.path.isdir("/run/execgym-cgroup"):  # the cgroup files stay out of reach
+        for name in os.listdir("/run/execgym-cgroup"):
+            path = ("/run/execgym-cgroup/" + name).encode()
+            check(libc.umount2(path, MNT_DETACH), "umount cgroup " + name)
+    if header["network"] == "loopback":
+        loopback_up()
+
+
+def become_program(header, fds, seccomp):
+    """PID 2 of the run: take the run's descriptors, drop everything, run the script."""
+    os.chdir("/work")
+    stdin, stdout, stderr, report, files, script = fds
+    source = read_all(script).decode("utf-8")
+    for number, fd in enumerate((stdin, stdout, stderr)):
+        os.dup2(fd, number)
+    if report >= 0:
+        os.dup2(report, 3)
+    if header["uid"] is not None:
+        os.chown("/work", header["uid"], header["uid"])
+    write_files(files)
+    os.closerange(4, 65536)
+    for kind, value in header["rlimits"]:
+        resource.setrlimit(kind, (value, value))
+    for cap in range(64):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    if header["uid"] is not None:
+        os.setgroups([])
+        os.setresgid(header["uid"], header["uid"], header["uid"])
+        os.setresuid(header["uid"], header["uid"], header["uid"])
+    else:  # a user namespace: stay uid 0 inside it, with no capability at all
+        header_v3 = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        check(libc.capset(header_v3, (ctypes.c_uint32 * 6)()), "capset")
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    load_seccomp(seccomp)
+    import random
+
+    random.seed()
+    os.environ.clear()
+    os.environ.update(header["env"])
+    sys.argv = ["runner.py"]
+    sys.stdin = open(0, encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+    namespace = {"__name__": "__main__", "__file__": "/work/runner.py", "__builtins__": builtins}
+    try:
+        exec(compile(source, "runner.py", "exec"), namespace)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+def init_process(header, fds, seccomp):
+    """PID 1 of the run's namespaces: set up, start the program, reap until it ends.
+
+    Exits with the program's exit code, or 128 + N if signal N killed it; when it
+    exits, the kernel kills every process left in the namespace.
+    """
+    try:
+        for path in header["cgroup_procs"]:
+            with open(path, "w") as handle:
+                handle.write("0")
+        os.setsid()
+        prepare_world(header)
+        program = os.fork()
+        if program == 0:
+            try:
+                become_program(header, fds, seccomp)
+            except BaseException as error:
+                os.write(2, f"execgym zygote: setup failed: {error!r}\n".encode())
+            os._exit(125)
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+        while True:  # reap orphans too, as an init must
+            pid, status = os.waitpid(-1, 0)
+            if pid == program:
+                break
+        if os.WIFSIGNALED(status):
+            os._exit(128 + os.WTERMSIG(status))
+        os._exit(os.WEXITSTATUS(status))
+    except BaseException as error:
+        os.write(2, f"execgym zygote: init failed: {error!r}\n".encode())
+        os._exit(125)
+
+
+def serve():
+    for name in PRELOADED:
+        __import__(name)
+    control = socket.socket(fileno=int(sys.argv[-1]))
+    control.setblocking(True)
+    seccomp = {}
+    runs = {}  # pid -> run id
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    control.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        readable, _, _ = select.select([control, wake_read], [], [])
+        if wake_read in readable:
+            os.read(wake_read, 4096)
+            reap(control, runs)
+        if control in readable:
+            fds = array.array("i")
+            message, ancillary, _, _ = control.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
+            if not message:
+                return  # the host closed the pool
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+            header = json.loads(message)
+            if "seccomp" in header:
+                seccomp[header["network"]] = bytes.fromhex(header["seccomp"])
+                continue
+            if "kill" in header:
+                for pid, run in runs.items():
+                    if run == header["kill"]:
+                        os.kill(pid, signal.SIGKILL)
+                continue
+            slots = [-1] * 6
+            for position, fd in zip(header["slots"], fds, strict=True):
+                slots[position] = fd
+            pid = clone_into_namespaces(NAMESPACES)
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                control.close()
+                init_process(header, slots, seccomp[header["network"]])
+            runs[pid] = header["run"]
+            for fd in fds:
+                os.close(fd)
+            reap(control, runs)
+
+
+def reap(control, runs):
+    while runs:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        run = runs.pop(pid, None)
+        if run is not None:
+            control.send(
+                json.dumps(
+                    {
+                        "run": run,
+                        "status": status,
+                        "cpu_s": usage.ru_utime + usage.ru_stime,
+                        "maxrss_kb": usage.ru_maxrss,
+                    }
+                ).encode()
+            )
+
+
+serve()

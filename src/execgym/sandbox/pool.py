@@ -1,0 +1,428 @@
+"""The warm pool: a fork server inside one bwrap sandbox, so rollouts skip start-up.
+
+A rollout in a fresh sandbox pays for ``bwrap`` and for starting the Python interpreter
+(about 20 ms here). :class:`WarmPoolSandbox` starts one zygote ahead of time: a Python
+interpreter inside a bwrap sandbox that has already imported the modules rollouts
+commonly use. For each Python run it forks a child which gets, before any untrusted
+code exists in it, everything a fresh bwrap sandbox gives: its own cgroup (memory,
+processes, CPU), new mount, PID, network, IPC and UTS namespaces, a private tmpfs
+``/work`` and ``/tmp``, a fresh ``/proc``, uid 65534 with no capabilities,
+``no_new_privs``, the same seccomp filter, and only the run's own descriptors. The
+zygote never runs user code and never reads a job's contents (they travel in
+descriptors it only hands on), so one rollout cannot see another's. See
+:mod:`execgym.sandbox._zygote` for the child's steps.
+
+Non-Python programs (``run(argv)``) go to a plain :class:`BubblewrapSandbox`.
+
+>>> async with WarmPoolSandbox() as box:                          # doctest: +SKIP
+...     result = await box.run_python(b"print('hi')")
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from types import TracebackType
+from typing import Any
+
+from execgym.errors import SandboxSetupFailed, SandboxUnavailable
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
+from execgym.sandbox._paths import safe_relative
+from execgym.sandbox._process import memfd_with, outcome_of
+from execgym.sandbox._python import python_command
+from execgym.sandbox._results import interpret, sandbox_error
+from execgym.sandbox._rlimits import rlimits_for
+from execgym.sandbox._run import BASE_ENV
+from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
+from execgym.sandbox._supervise import Supervisor
+from execgym.sandbox.base import RunResult
+from execgym.sandbox.bwrap import (
+    SANDBOX_UID,
+    WORK_DIR,
+    BubblewrapSandbox,
+    interpreter_paths,
+    read_only_binds,
+    system_binds,
+)
+
+log = logging.getLogger(__name__)
+
+_CGROUP_MOUNT = "/run/execgym-cgroup"
+_ZYGOTE_CAPS = (
+    "CAP_SYS_ADMIN",
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_KILL",
+    "CAP_NET_ADMIN",
+    "CAP_CHOWN",
+    "CAP_FOWNER",
+    "CAP_DAC_OVERRIDE",
+)
+_START_TIMEOUT_S = 10.0
+_runs = itertools.count(1)
+
+
+def _archive(files: Mapping[str, bytes]) -> bytes:
+    """Pack files for the zygote: per file, name size (4 bytes), name, size (8), data."""
+    parts = []
+    for name, content in files.items():
+        encoded = str(safe_relative(name)).encode("utf-8")
+        parts += [
+            len(encoded).to_bytes(4, "little"),
+            encoded,
+            len(content).to_bytes(8, "little"),
+            content,
+        ]
+    return b"".join(parts)
+
+
+class WarmPoolSandbox:
+    """Python runs forked from a warm zygote; each as isolated as a fresh bwrap sandbox.
+
+    Use it as an async context manager (or call :meth:`aclose`): the zygote starts on
+    first use and is killed, with everything it forked, on close or if execgym dies.
+
+    Args:
+        read_only_paths: Host directories exposed read-only, as for
+            :class:`BubblewrapSandbox` (default: the interpreter's prefix).
+
+    Raises:
+        SandboxUnavailable: if bwrap, or the seccomp filter, is not available.
+    """
+
+    name = "bwrap"
+
+    def __init__(self, *, read_only_paths: Sequence[str] | None = None) -> None:
+        self._fresh = BubblewrapSandbox(read_only_paths=read_only_paths)
+        found = shutil.which("bwrap")
+        if found is None:  # BubblewrapSandbox() above would have raised already
+            raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
+        self._bwrap = found
+        paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
+        self._read_only = [os.path.realpath(p) for p in paths]
+        self._as_root = os.geteuid() == 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ready: asyncio.Future[dict[str, Any]] | None = None
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> WarmPoolSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _zygote_argv(self, control_fd: int) -> list[str]:
+        argv = [
+            self._bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
+        if not self._as_root:
+            argv += ["--unshare-user", "--uid", "0", "--gid", "0"]
+        argv += ["--cap-drop", "ALL"]
+        for cap in _ZYGOTE_CAPS:
+            argv += ["--cap-add", cap]
+        argv += system_binds()
+        argv += read_only_binds(self._read_only)
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", WORK_DIR]
+        for key, parent in detect_cgroups().parents.items():
+            argv += ["--bind", str(parent), f"{_CGROUP_MOUNT}/{key}"]
+        source = resources.files("execgym.sandbox").joinpath("_zygote.py").read_text()
+        return [
+            *argv,
+            "--chdir",
+            WORK_DIR,
+            "--",
+            *python_command("-c")[:-1],
+            "-c",
+            source,
+            str(control_fd),
+        ]
+
+    async def start(self) -> None:
+        """Start the zygote if it is not running.
+
+        Raises:
+            SandboxSetupFailed: if it does not come up within 10 s (the message has its
+                error output).
+        """
+        async with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            if self._proc is not None:  # it died: fail what it had, free what it held
+                self._broken("the warm pool's zygote exited")
+                log.warning("warm pool zygote exited: %s", self._stop_zygote()[-2000:])
+            await self._start()
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._proc = subprocess.Popen(
+            self._zygote_argv(zygote_end.fileno()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(zygote_end.fileno(),),
+            env=dict(BASE_ENV),
+            start_new_session=True,
+        )
+        zygote_end.close()
+        host_end.setblocking(False)
+        self._control = host_end
+        self._ready = loop.create_future()
+        loop.add_reader(host_end.fileno(), self._on_message)
+        try:
+            async with asyncio.timeout(_START_TIMEOUT_S):
+                await self._ready
+        except (TimeoutError, SandboxSetupFailed) as error:
+            errors = self._stop_zygote()
+            raise SandboxSetupFailed(f"the warm pool's zygote did not start: {errors}") from error
+        for network in ("none", "loopback"):
+            program = seccomp_program(network).hex()
+            host_end.send(json.dumps({"seccomp": program, "network": network}).encode())
+
+    def _on_message(self) -> None:
+        assert self._control is not None
+        try:
+            message = self._control.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            message = b""
+        if not message:
+            self._broken("the warm pool's zygote exited")
+            return
+        body = json.loads(message)
+        if "ready" in body:
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(body)
+            return
+        future = self._pending.pop(body["run"], None)
+        if future is not None and not future.done():
+            future.set_result(body)
+
+    def _broken(self, why: str) -> None:
+        if self._control is not None:
+            with contextlib.suppress(ValueError, OSError):
+                asyncio.get_running_loop().remove_reader(self._control.fileno())
+        error = SandboxSetupFailed(why)
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(error)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+
+    def _stop_zygote(self) -> str:
+        errors = ""
+        if self._control is not None:
+            with contextlib.suppress(ValueError, OSError, RuntimeError):
+                asyncio.get_running_loop().remove_reader(self._control.fileno())
+            self._control.close()
+            self._control = None
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, 9)
+            self._proc.wait()
+            if self._proc.stderr is not None:
+                errors = self._proc.stderr.read(4000).decode("utf-8", "replace")
+                self._proc.stderr.close()
+            self._proc = None
+        return errors
+
+    async def aclose(self) -> None:
+        """Kill the zygote and every run it forked; idempotent."""
+        self._broken("the warm pool was closed")
+        self._stop_zygote()
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run any program in a fresh bwrap sandbox (the pool only serves Python)."""
+        return await self._fresh.run(
+            argv, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
+        )
+
+    async def run_python(
+        self,
+        source: bytes,
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run a Python script forked from the warm zygote; see :meth:`Sandbox.run_python`.
+
+        Raises:
+            TaskError: if a file name would escape the work dir.
+        """
+        archive = _archive(files or {})
+        try:
+            await self.start()
+        except SandboxSetupFailed as error:
+            return sandbox_error(self.name, str(error))
+        try:
+            cgroup = RunCgroup.create(limits)
+        except OSError as error:
+            return sandbox_error(self.name, f"could not create the run's cgroup: {error}")
+        try:
+            return await self._run_forked(source, stdin, archive, limits, env, want_report, cgroup)
+        except (OSError, SandboxSetupFailed) as error:
+            return sandbox_error(self.name, f"the warm pool could not run it: {error}")
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+
+    async def _run_forked(
+        self,
+        source: bytes,
+        stdin: bytes,
+        archive: bytes,
+        limits: Limits,
+        env: Mapping[str, str] | None,
+        want_report: bool,
+        cgroup: RunCgroup | None,
+    ) -> RunResult:
+        loop = asyncio.get_running_loop()
+        cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
+        rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
+        names = ("stdout", "stderr", "report") if want_report else ("stdout", "stderr")
+        pipes = {name: os.pipe() for name in names}
+        given = [
+            memfd_with(stdin, "execgym-stdin") if stdin else os.open(os.devnull, os.O_RDONLY),
+            pipes["stdout"][1],
+            pipes["stderr"][1],
+            *([pipes["report"][1]] if want_report else []),
+            memfd_with(archive, "execgym-files"),
+            memfd_with(source, "execgym-script"),
+        ]
+        run_id = next(_runs)
+        header = {
+            "run": run_id,
+            "slots": [0, 1, 2, 3, 4, 5] if want_report else [0, 1, 2, 4, 5],
+            "rlimits": rlimits,
+            "uid": SANDBOX_UID if self._as_root else None,
+            "network": limits.network,
+            "disk_bytes": limits.disk_bytes,
+            "env": {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})},
+            "cgroup_procs": [
+                f"{_CGROUP_MOUNT}/{key}/{path.name}/cgroup.procs"
+                for key, path in (cgroup.dirs.items() if cgroup else [])
+            ],
+        }
+        exited: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._pending[run_id] = exited
+        started = time.monotonic()
+        try:
+            assert self._control is not None
+            self._control.sendmsg(
+                [json.dumps(header).encode()],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", given))],
+            )
+        except BaseException:
+            self._pending.pop(run_id, None)
+            for read_end, _ in pipes.values():
+                os.close(read_end)
+            raise
+        finally:
+            for fd in given:
+                os.close(fd)
+
+        def kill() -> None:
+            if cgroup is not None:
+                cgroup.kill()
+            elif self._control is not None:
+                with contextlib.suppress(OSError):
+                    self._control.send(json.dumps({"kill": run_id}).encode())
+
+        watcher = Supervisor(
+            {name: ends[0] for name, ends in pipes.items()},
+            max_output_bytes=limits.max_output_bytes,
+            kill=kill,
+        )
+        try:
+            await watcher.watch(
+                exited,
+                started=started,
+                wall_time_s=limits.wall_time_s,
+                cpu_time_s=limits.cpu_time_s,
+                cgroup=cgroup,
+            )
+            ended = time.monotonic()
+            body = exited.result()
+            if cgroup is not None:
+                cgroup.kill()  # orphans and daemons die with the run
+            await watcher.drain()
+        finally:
+            self._pending.pop(run_id, None)
+            watcher.close()
+        outcome = outcome_of(
+            watcher,
+            wait_status=body["status"],
+            wall_time_s=ended - started,
+            cgroup=cgroup,
+            rusage_cpu_s=body["cpu_s"],
+            rusage_peak_bytes=body["maxrss_kb"] * 1024,
+        )
+        how = {
+            "wall_time_s": "timer + kill of the whole tree",
+            "max_output_bytes": "capture cap + kill",
+            **rlimit_enforced,
+            **(
+                {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
+                if cgroup and cgroup.measures_cpu
+                else {}
+            ),
+            **cgroup_enforced,
+            "network": "network namespace"
+            + (
+                " + seccomp: no Internet sockets"
+                if limits.network == "none"
+                else " (loopback only)"
+            ),
+            "syscalls": f"seccomp: {len(BLOCKED_SYSCALLS)} calls and namespace flags refused",
+            "disk_bytes": "tmpfs size",
+            "reclaim": "pid namespace per run, forked from the warm pool's zygote",
+        }
+        return interpret(
+            outcome,
+            isolation=self.name,
+            enforcement=how,
+            shifted_signals=True,
+            memory_bytes=limits.memory_bytes,
+        )

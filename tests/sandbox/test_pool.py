@@ -1,0 +1,196 @@
+"""The warm pool: Python runs forked from a zygote, as isolated as fresh bwrap sandboxes."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from execgym import Verdict
+from execgym.judges import AssertJudge
+from execgym.limits import Limits, MiB
+from execgym.sandbox import Status, WarmPoolSandbox
+from execgym.tasks import Task
+from tests.conftest import processes_with, run_cgroups
+
+
+@pytest.fixture
+async def pool(bwrap_sandbox) -> AsyncIterator[WarmPoolSandbox]:
+    async with WarmPoolSandbox() as box:
+        yield box
+
+
+async def test_runs_python_as_uid_65534_in_fresh_namespaces(pool) -> None:
+    code = (
+        b"import os, json, sys\n"
+        b"print(json.dumps([os.getuid(), os.getpid(), sorted(os.listdir('/')), os.getcwd(),"
+        b" sorted(os.environ),"
+        b" open('/proc/self/status').read().count('CapEff:\\t0000000000000000'),"
+        b" os.listdir('/proc').count('1')]))\n"
+    )
+    result = await pool.run_python(code, env={"ASKED": "1"})
+    assert result.status is Status.OK, result.stderr
+    uid, pid, root, cwd, env, no_caps, pid1 = json.loads(result.stdout)
+    assert uid == (65534 if os.geteuid() == 0 else 0)  # in a user namespace: uid 0, no caps
+    assert pid == 2  # PID 1 is the run's own init, as in a fresh bwrap sandbox
+    assert "home" not in root
+    assert "etc" not in root
+    assert cwd == "/work"
+    assert "ASKED" in env
+    assert not any("KEY" in name for name in env)
+    assert no_caps == 1
+    assert pid1 == 1
+
+
+async def test_runs_do_not_see_each_other(pool) -> None:
+    first = await pool.run_python(
+        b"import random; open('/work/left', 'w').write('x'); open('/tmp/left', 'w');"
+        b" print(random.random())"
+    )
+    second = await pool.run_python(
+        b"import os, random; print(os.listdir('/work'), os.listdir('/tmp')); print(random.random())"
+    )
+    assert second.stdout.splitlines()[0] == b"[] []"
+    assert first.stdout != second.stdout.splitlines()[1]  # random is reseeded per run
+
+
+async def test_files_stdin_and_report(pool) -> None:
+    code = b"import os, sys; os.write(3, sys.stdin.buffer.read()); print(open('d/f.txt').read())"
+    result = await pool.run_python(code, stdin=b"in", files={"d/f.txt": b"file"}, want_report=True)
+    assert result.stdout == b"file\n"
+    assert result.report == b"in"
+
+
+async def test_timeout_kills_everything_the_run_started(pool) -> None:
+    marker = f"execgym-pool-{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, time\n"
+        f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep',"
+        " start_new_session=True)\n"
+        "while True: pass\n"
+    ).encode()
+    result = await pool.run_python(code, limits=Limits(wall_time_s=1))
+    assert result.status is Status.TIME_LIMIT
+    assert processes_with(marker) == []
+    assert run_cgroups() == []
+
+
+@pytest.mark.parametrize(
+    ("code", "limits", "status", "limit_hit"),
+    [
+        (
+            b"x = bytearray(2 * 1024 ** 3)",
+            Limits(memory_bytes=256 * MiB),
+            Status.MEMORY_LIMIT,
+            "memory_bytes",
+        ),
+        (
+            b"import sys\nwhile True: sys.stdout.write('x' * 65536)",
+            Limits(max_output_bytes=MiB),
+            Status.OUTPUT_LIMIT,
+            "max_output_bytes",
+        ),
+        (
+            b"import threading\ndef spin():\n    while True: pass\n"
+            b"for _ in range(4): threading.Thread(target=spin).start()\nspin()",
+            Limits(cpu_time_s=1, wall_time_s=10),
+            Status.TIME_LIMIT,
+            "cpu_time_s",
+        ),
+        (b"raise SystemExit(3)", Limits(), Status.RUNTIME_ERROR, None),
+        (
+            b"import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
+            Limits(),
+            Status.SIGNALED,
+            None,
+        ),
+    ],
+    ids=["memory", "output", "cpu", "exit-code", "signal"],
+)
+async def test_limits_and_endings(pool, needs_cgroup, code, limits, status, limit_hit) -> None:
+    result = await pool.run_python(code, limits=limits)
+    assert result.status is status, result
+    assert result.limit_hit == limit_hit
+
+
+async def test_fork_bomb_is_contained(pool) -> None:
+    code = (
+        b"import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+        b"            import time; time.sleep(30)\n        n += 1\nexcept OSError:\n"
+        b"    print('stopped at', n)\n"
+    )
+    result = await pool.run_python(code, limits=Limits(max_processes=16, wall_time_s=5))
+    assert int(result.stdout.split()[-1]) < 16
+
+
+async def test_seccomp_and_network_none_apply(pool) -> None:
+    code = (
+        b"import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        b"print(libc.syscall(101, 0, 0, 0, 0), ctypes.get_errno())\n"  # ptrace on x86_64
+        b"socket.socket()\n"
+    )
+    result = await pool.run_python(code)
+    assert result.stdout.split()[:2] == [b"-1", b"1"]
+    assert b"PermissionError" in result.stderr
+    loopback = await pool.run_python(
+        b"import socket\ns = socket.create_server(('127.0.0.1', 0))\n"
+        b"socket.create_connection(s.getsockname(), 1); print('ok')",
+        limits=Limits(network="loopback"),
+    )
+    assert loopback.stdout == b"ok\n", loopback.stderr
+
+
+async def test_the_zygote_survives_hostile_runs(pool) -> None:
+    for code in (
+        b"import os, signal\nfor pid in range(1, 400):\n    try: os.kill(pid, 9)\n"
+        b"    except OSError: pass",
+        b"import os; os.close(3); os._exit(0)",
+    ):
+        await pool.run_python(code)
+    result = await pool.run_python(b"print('alive')")
+    assert result.stdout == b"alive\n"
+
+
+async def test_a_dead_zygote_is_a_sandbox_error_then_restarts(pool) -> None:
+    assert pool._proc is not None
+    os.killpg(pool._proc.pid, 9)
+    pool._proc.wait()
+    result = await pool.run_python(b"print(1)")
+    assert result.status in (Status.SANDBOX_ERROR, Status.OK)
+    again = await pool.run_python(b"print(1)")
+    assert again.stdout == b"1\n"
+
+
+async def test_closing_the_pool_leaves_nothing(bwrap_sandbox) -> None:
+    box = WarmPoolSandbox()
+    await box.start()
+    assert box._proc is not None
+    pid = box._proc.pid
+    await box.aclose()
+    assert processes_with(f"{pid}") == [] or not os.path.exists(f"/proc/{pid}/cmdline")
+    assert box._proc is None
+
+
+ADD = Task(
+    task_id="t/add",
+    prompt="def add(a, b):\n",
+    tests="def check(c):\n    assert c(2, 3) == 5\n",
+    entry_point="add",
+)
+
+
+@pytest.mark.parametrize(
+    ("completion", "verdict"),
+    [
+        ("    return a + b\n", Verdict.PASSED),
+        ("    return 0\n", Verdict.FAILED),
+        ("    import sys; sys.exit(0)\n", Verdict.ERROR),
+        ("    while True: pass\n", Verdict.TIMEOUT),
+    ],
+)
+async def test_the_assert_judge_on_the_pool(pool, completion, verdict) -> None:
+    judgement = await AssertJudge().judge(ADD, completion, pool, Limits(wall_time_s=1))
+    assert judgement.verdict is verdict, judgement
