@@ -13,6 +13,7 @@ from execgym import Verdict
 from execgym.judges import AssertJudge
 from execgym.limits import Limits, MiB
 from execgym.sandbox import Status, WarmPoolSandbox
+from execgym.sandbox._cgroup import detect_cgroups
 from execgym.tasks import Task
 from tests.conftest import processes_with, run_cgroups
 
@@ -123,7 +124,10 @@ async def test_fork_bomb_is_contained(pool) -> None:
         b"    print('stopped at', n)\n"
     )
     result = await pool.run_python(code, limits=Limits(max_processes=16, wall_time_s=5))
-    assert int(result.stdout.split()[-1]) < 16
+    started = int(result.stdout.split()[-1])
+    # Without a pids cgroup the limit is RLIMIT_NPROC, shared with the user's other
+    # processes, so it is only approximate.
+    assert started < (16 if detect_cgroups().version else 64)
 
 
 async def test_seccomp_and_network_none_apply(pool) -> None:
