@@ -13,6 +13,7 @@ from execgym.errors import ConfigError
 from execgym.sandbox.base import RunResult, Sandbox, Status
 from execgym.sandbox.bwrap import BubblewrapSandbox
 from execgym.sandbox.pool import WarmPoolSandbox
+from execgym.sandbox.session import Session, SessionClosed, open_session
 from execgym.sandbox.unisolated import UnisolatedSandbox
 
 ISOLATIONS = ("bwrap", "gvisor", "none")
@@ -50,8 +51,11 @@ __all__ = [
     "BubblewrapSandbox",
     "RunResult",
     "Sandbox",
+    "Session",
+    "SessionClosed",
     "Status",
     "UnisolatedSandbox",
     "WarmPoolSandbox",
     "create_sandbox",
+    "open_session",
 ]

@@ -1,0 +1,149 @@
+"""The agent of a persistent session. Runs INSIDE a bwrap sandbox, as uid 65534.
+
+It serves requests from the host over a Unix SEQPACKET socket (its fd number is the
+last argument), each a JSON header plus descriptors:
+
+- ``{"op": "write", "id": n}`` + [archive]: write files into /work (the archive packs,
+  per file: name size (4 bytes), name, size (8 bytes), content);
+- ``{"op": "read", "id": n, "name": str, "max_bytes": int}``: answered with the file's
+  bytes in an in-memory file passed back;
+- ``{"op": "run", "id": n, "argv": [...], "env": {...}, "rlimits": [[kind, value]...]}``
+  + [stdin, stdout, stderr, report?]: start the command in its own session (process
+  group) with those descriptors on fds 0-3; answered ``{"id", "started": pid}``, then
+  ``{"id", "status": wait status}`` when it ends;
+- ``{"op": "kill", "id": n}``: SIGKILL the command's process group.
+
+Every answer carries ``"id"``; a failed request is answered ``{"id", "error": text}``.
+The agent holds no secret: the commands run as the same user and may kill it, which
+ends the session (the host then reports it closed).
+"""
+
+import array
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import subprocess
+import sys
+
+
+def unpack(data):
+    offset = 0
+    while offset < len(data):
+        size = int.from_bytes(data[offset : offset + 4], "little")
+        name = data[offset + 4 : offset + 4 + size].decode("utf-8")
+        offset += 4 + size
+        length = int.from_bytes(data[offset : offset + 8], "little")
+        yield name, data[offset + 8 : offset + 8 + length]
+        offset += 8 + length
+
+
+def inside_work(name):
+    path = os.path.realpath(os.path.join("/work", name))
+    if path != "/work" and not path.startswith("/work/"):
+        raise ValueError(f"file name {name!r} leaves /work")
+    return path
+
+
+def write_files(fd):
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
+    for name, content in unpack(data):
+        path = inside_work(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(content)
+
+
+def read_file(name, max_bytes):
+    with open(inside_work(name), "rb") as handle:
+        content = handle.read(max_bytes + 1)
+    fd = os.memfd_create("execgym-read", os.MFD_CLOEXEC)
+    os.write(fd, content)
+    return fd, len(content) > max_bytes
+
+
+def start(header, fds):
+    stdin, stdout, stderr = fds[:3]
+    report = fds[3] if len(fds) > 3 else None
+    rlimits = header.get("rlimits", [])
+
+    def prepare():
+        if report is not None:
+            os.dup2(report, 3, inheritable=True)
+        for kind, value in rlimits:
+            resource.setrlimit(kind, (value, value))
+
+    return subprocess.Popen(
+        header["argv"],
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        env=header["env"],
+        cwd=header.get("cwd", "/work"),
+        start_new_session=True,
+        preexec_fn=prepare,
+        pass_fds=(3,) if report is not None else (),
+        close_fds=True,
+    )
+
+
+def serve(control):
+    commands = {}  # pid -> (request id, Popen)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    control.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        readable, _, _ = select.select([control, wake_read], [], [])
+        if wake_read in readable:
+            os.read(wake_read, 4096)
+        for pid, (request, process) in list(commands.items()):
+            status = process.poll()
+            if status is not None:
+                del commands[pid]
+                wait_status = (-status) if status < 0 else status << 8
+                control.send(json.dumps({"id": request, "status": wait_status}).encode())
+        if control not in readable:
+            continue
+        fds = array.array("i")
+        message, ancillary, _, _ = control.recvmsg(1 << 20, socket.CMSG_SPACE(8 * 4))
+        if not message:
+            return
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+        header = json.loads(message)
+        request = header.get("id")
+        try:
+            if header["op"] == "write":
+                write_files(fds[0])
+                control.send(json.dumps({"id": request, "ok": True}).encode())
+            elif header["op"] == "read":
+                fd, truncated = read_file(header["name"], header["max_bytes"])
+                control.sendmsg(
+                    [json.dumps({"id": request, "ok": True, "truncated": truncated}).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+                )
+                os.close(fd)
+            elif header["op"] == "run":
+                process = start(header, list(fds))
+                commands[process.pid] = (request, process)
+                control.send(json.dumps({"id": request, "started": process.pid}).encode())
+            elif header["op"] == "kill":
+                for pid, (running, _) in commands.items():
+                    if running == header["target"]:
+                        try:
+                            os.killpg(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+        except Exception as error:  # a bad request fails alone; the session goes on
+            control.send(json.dumps({"id": request, "error": repr(error)}).encode())
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+serve(socket.socket(fileno=int(sys.argv[-1])))
