@@ -1,8 +1,13 @@
-"""Throughput of scoring HumanEval's 164 canonical solutions: sandboxed vs plain subprocess.
+"""Throughput of scoring HumanEval's 164 canonical solutions, sandboxed vs plain subprocess.
 
-Both sides run the same programs (prompt + canonical solution + tests + check) with the
-same interpreter and flags, with as many at once as there are CPUs, in alternating
-rounds, so that the ratio is measured under the same machine load.
+Three ways, in alternating rounds so that their ratios are measured under the same
+machine load, each with the same interpreter and flags and the same number of programs
+at once:
+
+- plain: ``subprocess.run`` of prompt + solution + tests + check, unsandboxed;
+- bwrap: a fresh bubblewrap sandbox per rollout;
+- bwrap + warm pool: each rollout forked from the warm pool's zygote into fresh
+  namespaces (same isolation as a fresh sandbox).
 
     .venv/bin/python benchmarks/humaneval_throughput.py [--rounds 3] [--workers N]
 """
@@ -19,21 +24,36 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from execgym import Scorer, Verdict, canonical_rollouts, create_sandbox, load_dataset
-from execgym.judges.assert_tests import build_program, python_command
+from execgym.judges.assert_tests import build_program
+from execgym.sandbox import Sandbox, WarmPoolSandbox
+from execgym.sandbox._python import python_command
 
 
-def sandboxed(tasks, workers: int) -> float:
-    scorer = Scorer(tasks, create_sandbox("bwrap"))
+async def _score(tasks, sandbox: Sandbox, workers: int) -> float:
+    scorer = Scorer(tasks, sandbox)
+    await scorer.self_test()  # starts the pool's zygote before the clock starts
     started = time.perf_counter()
-    results = asyncio.run(scorer.score(canonical_rollouts(tasks), workers=workers))
+    results = await scorer.score(canonical_rollouts(tasks), workers=workers)
     elapsed = time.perf_counter() - started
     passed = sum(r.verdict is Verdict.PASSED for r in results)
-    assert passed == len(tasks), f"sandboxed: only {passed} of {len(tasks)} passed"
+    assert passed == len(tasks), f"{sandbox.name}: only {passed} of {len(tasks)} passed"
     return len(tasks) / elapsed
 
 
+def fresh_bwrap(tasks, workers: int) -> float:
+    return asyncio.run(_score(tasks, create_sandbox("bwrap"), workers))
+
+
+def warm_pool(tasks, workers: int) -> float:
+    async def run() -> float:
+        async with WarmPoolSandbox() as pool:
+            return await _score(tasks, pool, workers)
+
+    return asyncio.run(run())
+
+
 def plain(tasks, workers: int) -> float:
-    argv = python_command("-")[:-1]  # same interpreter and flags, program on stdin
+    argv = python_command("-")
 
     def one(task) -> bool:
         program = (
@@ -43,7 +63,7 @@ def plain(tasks, workers: int) -> float:
             + f"\n\ncheck({task.entry_point})\n"
         )
         done = subprocess.run(
-            [*argv, "-"], input=program.encode(), capture_output=True, timeout=10, check=False
+            argv, input=program.encode(), capture_output=True, timeout=10, check=False
         )
         return done.returncode == 0
 
@@ -62,21 +82,26 @@ def main() -> None:
     args = parser.parse_args()
     tasks = load_dataset("humaneval")
     print(
-        f"interpreter: {python_command('x')[0]} (from {sys.executable}); "
-        f"{args.workers} at once; {len(tasks)} tasks; {args.rounds} rounds"
+        f"interpreter: {python_command('x')[0]} (from {sys.executable}), flags "
+        f"{' '.join(python_command('x')[1:-1])}; {args.workers} at once; {len(tasks)} tasks; "
+        f"{args.rounds} rounds"
     )
-    box, bare = [], []
+    ways = {"plain subprocess.run": plain, "bwrap": fresh_bwrap, "bwrap + warm pool": warm_pool}
+    figures: dict[str, list[float]] = {name: [] for name in ways}
     for round_no in range(1, args.rounds + 1):
-        bare.append(plain(tasks, args.workers))
-        box.append(sandboxed(tasks, args.workers))
+        for name, way in ways.items():
+            figures[name].append(way(tasks, args.workers))
         print(
-            f"round {round_no}: plain subprocess.run {bare[-1]:6.1f} rollouts/s   "
-            f"bwrap sandbox {box[-1]:6.1f} rollouts/s"
+            f"round {round_no}: "
+            + "   ".join(f"{name} {values[-1]:6.1f}/s" for name, values in figures.items())
         )
-    b, p = statistics.median(box), statistics.median(bare)
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    base = medians["plain subprocess.run"]
     print(
-        f"median: plain {p:.1f} rollouts/s, bwrap {b:.1f} rollouts/s, "
-        f"ratio bwrap/plain = {b / p:.2f}"
+        "median rollouts/s: "
+        + ", ".join(
+            f"{name} {value:.1f} ({value / base:.2f}x plain)" for name, value in medians.items()
+        )
     )
 
 
