@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from execgym.sandbox import BubblewrapSandbox, UnisolatedSandbox
+from execgym.sandbox import BubblewrapSandbox, Sandbox, UnisolatedSandbox
 from execgym.sandbox._cgroup import detect_cgroups
+from execgym.sandbox.gvisor import GVisorSandbox
 
 CI = bool(os.environ.get("CI"))
 
@@ -44,15 +45,20 @@ def bwrap_sandbox() -> BubblewrapSandbox:
 
 
 @pytest.fixture
+def gvisor_sandbox() -> GVisorSandbox:
+    require(shutil.which("runsc") is not None, "gVisor (apt-get install -y runsc)")
+    require(os.geteuid() == 0, "root (runsc needs it)")
+    return GVisorSandbox()
+
+
+@pytest.fixture
 def none_sandbox() -> UnisolatedSandbox:
     return UnisolatedSandbox(allow_root=True)
 
 
-@pytest.fixture(params=["bwrap", "none"])
-def sandbox(request: pytest.FixtureRequest) -> BubblewrapSandbox | UnisolatedSandbox:
-    if request.param == "bwrap":
-        return request.getfixturevalue("bwrap_sandbox")
-    return request.getfixturevalue("none_sandbox")
+@pytest.fixture(params=["bwrap", "gvisor", "none"])
+def sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    return request.getfixturevalue(f"{request.param}_sandbox")
 
 
 @pytest.fixture

@@ -4,10 +4,11 @@ The filter allows everything a normal program needs and refuses, with ``EPERM``,
 system calls that only serve to attack the kernel or escape: debugging other processes,
 mounting, loading kernel code, new namespaces, BPF, keyrings, performance counters,
 ``userfaultfd`` (a classic exploit helper), ``io_uring`` (large attack surface), and
-changing the clock. With ``Limits.network == "none"`` it also refuses Internet and
-packet sockets (AF_INET, AF_INET6, AF_PACKET), so a program cannot even talk to the
-sandbox's own loopback; Unix sockets stay allowed (asyncio and multiprocessing use
-them). The same rules are added for the x86 and x32 system-call tables, since a 64-bit
+changing the clock. Sockets are allow-listed by family: with ``Limits.network ==
+"none"`` only Unix sockets (asyncio and multiprocessing use them), so a program cannot
+even talk to the sandbox's own loopback; with ``"loopback"`` also IPv4 and IPv6. Vsock,
+packet, netlink and the other families are always refused (no network namespace
+confines vsock). The same rules are added for the x86 and x32 system-call tables, since a 64-bit
 process can still enter the kernel through them.
 
 The list follows Docker's default profile and systemd's ``@mount``, ``@module``,
@@ -41,6 +42,9 @@ BLOCKED_SYSCALLS = (
 )  # fmt: skip
 """System calls refused with EPERM inside the bwrap sandbox."""
 
+_NETWORK_FAMILIES = (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_VSOCK)
+"""Families a run with network "none" must not open (bwrap refuses all but AF_UNIX)."""
+
 _NAMESPACE_FLAGS = (
     0x10000000,  # CLONE_NEWUSER
     0x00020000,  # CLONE_NEWNS
@@ -50,7 +54,6 @@ _NAMESPACE_FLAGS = (
     0x04000000,  # CLONE_NEWUTS
     0x02000000,  # CLONE_NEWCGROUP
 )
-_NETWORK_FAMILIES = (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET)
 
 
 @cache
@@ -86,9 +89,16 @@ def seccomp_program(network: str) -> bytes:
     for flag in _NAMESPACE_FLAGS:
         rules.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    # Socket families: an allow-list. "none" keeps only Unix sockets; "loopback" adds
+    # IPv4 and IPv6 (the namespace has only its own loopback). Everything else (vsock,
+    # which no network namespace confines; packet, netlink, AF_ALG...) is refused.
     if network == "none":
-        for family in _NETWORK_FAMILIES:
-            rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.EQ, family))
+        rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
+    else:
+        rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.GT, socket.AF_INET6))
+        for family in range(socket.AF_INET6):
+            if family not in (socket.AF_UNIX, socket.AF_INET):
+                rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.EQ, family))
     fd = os.memfd_create("execgym-seccomp", os.MFD_CLOEXEC)
     with os.fdopen(fd, "w+b") as handle:
         rules.export_bpf(handle)  # libseccomp writes to the descriptor itself

@@ -1,0 +1,390 @@
+"""The gVisor sandbox: each run gets its own user-space kernel (``runsc``).
+
+bwrap puts a program in namespaces of the host kernel; gVisor puts it on a kernel of its
+own (the Sentry, a Go program that implements Linux system calls), so a kernel bug the
+program can reach is a bug in the Sentry, which itself runs in a seccomp jail. Each run
+is one ``runsc run`` of a fresh OCI bundle: a read-only root holding only ``/usr`` (and
+its ``/bin``, ``/lib``... symlinks) and the interpreter's own prefix, gVisor's own
+``/proc``, ``/sys`` and ``/dev``, a private tmpfs ``/work`` (the cwd) and ``/tmp`` of
+``Limits.disk_bytes`` each, gVisor's network stack with no interface but loopback
+(``--network=none``), uid and gid 65534 with no capabilities and ``no_new_privs``, and
+bwrap's seccomp rules (namespaces, mounts, BPF... refused; sockets other than Unix ones
+only with ``network="loopback"``), enforced by the Sentry (see :func:`_seccomp`).
+
+How the run is wired to the host:
+
+- stdin, stdout and stderr are the launcher's own, which runsc hands to the program.
+- runsc cannot pass any other descriptor in, so the report channel (fd 3) is a named
+  pipe in the run's host directory, bind-mounted at ``/.execgym/report`` (runsc's
+  ``--host-fifo=open``) and opened on fd 3 by a ``/bin/sh`` stub before it execs the
+  program. The host reads it like the pipe bwrap gets (same cap, same end of channel);
+  its buffer is 1 MiB, as gVisor cuts short a write to a full host FIFO.
+- ``files`` are written to a host directory, bind-mounted read-only at
+  ``/.execgym/files``, and copied into the tmpfs ``/work`` by the same stub (``cp``),
+  so the work dir has bwrap's size limit and is the program's to change.
+- ``runsc --ignore-cgroups`` keeps runsc, its Gofer and its Sentry in the run's own
+  cgroup (without it runsc moves them to a cgroup of its own at the top of every
+  hierarchy, left behind when it is killed): the cgroup measures and limits all of it,
+  and ``cgroup.kill`` kills all of it. runsc's state (``--root``) lives in the run's
+  host directory, deleted with the bundle after every run, killed or not.
+
+``memory_bytes`` limits the whole sandbox: the program, its tmpfs files, and gVisor's own
+processes (runsc, Gofer, Sentry: about 16 MiB more than the same small Python program
+under bwrap, measured here), so a program gets that much less than under bwrap, and
+``peak_memory_bytes`` includes it. The rlimits (file size, open files, processes) are
+set by the Sentry for the program alone, in the run's own kernel, so ``max_processes``
+counts exactly the run's processes and threads; the host cgroup's process count is only
+a backstop sized for gVisor's own threads (see :func:`host_tasks_backstop`). CPU time
+is the cgroup's, gVisor's own CPU included; ``wall_time_s`` includes gVisor's start-up
+(about 0.15 s here).
+
+Differences a program can see: it is PID 1 of its sandbox (under bwrap, bwrap is), and
+gVisor's errno values and permission checks differ from Linux's in corners (``mknod``
+of a device works on the tmpfs, but the node opens nothing; a 100 MB argv is
+``ENAMETOOLONG``, not ``E2BIG``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import math
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from execgym.errors import SandboxUnavailable, TaskError
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox import _cgroup
+from execgym.sandbox._paths import safe_relative
+from execgym.sandbox._python import run_python_as_file
+from execgym.sandbox._results import sandbox_error
+from execgym.sandbox._run import BASE_ENV, run_contained
+from execgym.sandbox._seccomp import _NAMESPACE_FLAGS, BLOCKED_SYSCALLS
+from execgym.sandbox.base import RunResult
+from execgym.sandbox.bwrap import SANDBOX_UID, WORK_DIR, interpreter_paths
+
+CHANNEL_DIR = "/.execgym"
+"""Where the report FIFO and the staged files appear inside the sandbox."""
+
+_INSTALL_HINT = (
+    "gVisor (runsc) is not installed. Install it with `sudo apt-get install -y runsc` "
+    "(Debian 12 and later), or see https://gvisor.dev/docs/user_guide/install/; "
+    "or use --isolation bwrap."
+)
+_HOST_TASKS_BASE = 256
+_HOST_TASKS_PER_PROCESS = 32
+_COPY_FILES = f"cp -R {CHANNEL_DIR}/files/. {WORK_DIR}/"
+_OPEN_REPORT = f"exec 3>{CHANNEL_DIR}/report"
+_MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def host_tasks_backstop(max_processes: int) -> int:
+    """The host cgroup's process limit for a run allowed ``max_processes`` in gVisor.
+
+    The Sentry, Gofer and runsc are Go programs with about 40 host threads between
+    them, and each process of the program adds a host stub process with threads of
+    its own (ptrace platform). Measured here: 39 host tasks for one sleeping process,
+    60 for 64 threads, and at the peak of a fork bomb (processes created and torn down
+    at full speed) 370 for 16 processes and 1,270 for 64. The Sentry cannot survive
+    hitting this limit (Go aborts when it cannot make a thread), so it is set well
+    above what gVisor needs: the limit that programs meet is the rlimit in gVisor.
+    """
+    return _HOST_TASKS_BASE + _HOST_TASKS_PER_PROCESS * max_processes
+
+
+def _bind(source: str, destination: str, *, writable: bool = False) -> dict[str, Any]:
+    options = ["rbind", "rw" if writable else "ro", "nosuid", "nodev"]
+    return {"destination": destination, "type": "bind", "source": source, "options": options}
+
+
+def _tmpfs(destination: str, mode: str, size: int) -> dict[str, Any]:
+    options = ["nosuid", "nodev", f"mode={mode}", f"size={size}"]
+    return {"destination": destination, "type": "tmpfs", "source": "tmpfs", "options": options}
+
+
+def _rlimit(kind: str, value: int) -> dict[str, Any]:
+    return {"type": kind, "hard": value, "soft": value}
+
+
+def _seccomp(network: str) -> dict[str, Any]:
+    """The bwrap seccomp rules as an OCI profile, applied by the Sentry (``--oci-seccomp``).
+
+    This gVisor returns ``EPERM`` for every refused call (it ignores ``errnoRet``) and
+    has no ``clone3`` at all (``ENOSYS``, so libc falls back to ``clone``, whose flags
+    are checked here): refusing ``clone3`` too, as bwrap does, would break threads.
+    """
+    refuse = {"action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}
+    rules: list[dict[str, Any]] = [{"names": list(BLOCKED_SYSCALLS), **refuse}]
+    for flag in _NAMESPACE_FLAGS:
+        test = {"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}
+        rules.append({"names": ["clone"], "args": [test], **refuse})
+    # gVisor lets an unprivileged program take a negative nice (only its own scheduler
+    # sees it, never the host's); refused as on Linux: priority arguments below zero.
+    negative = {"index": 2, "value": 1 << 31, "valueTwo": 1 << 31, "op": "SCMP_CMP_MASKED_EQ"}
+    rules.append({"names": ["setpriority"], "args": [negative], **refuse})
+    # Socket families, an allow-list as under bwrap: Unix sockets, plus IPv4 and IPv6 for
+    # network="loopback" (gVisor's own loopback); no packet, netlink, vsock, AF_ALG...
+    allowed = {socket.AF_UNIX} | ({socket.AF_INET, socket.AF_INET6} if network != "none" else set())
+    top = max(allowed)
+    beyond = {"index": 0, "value": int(top), "op": "SCMP_CMP_GT"}
+    rules.append({"names": ["socket"], "args": [beyond], **refuse})
+    for family in sorted(set(range(top)) - allowed):
+        test = {"index": 0, "value": family, "op": "SCMP_CMP_EQ"}
+        rules.append({"names": ["socket"], "args": [test], **refuse})
+    return {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules}
+
+
+def _make_root(rootfs: Path, read_only: Sequence[str]) -> list[dict[str, Any]]:
+    """Lay out the read-only root (mount points, merged-/usr symlinks); return its binds."""
+    mounts = [_bind("/usr", "/usr")]
+    for name in ("usr", "proc", "dev", "sys", "tmp", WORK_DIR.lstrip("/")):
+        (rootfs / name).mkdir()
+    for name in _MERGED_USR:
+        host = Path("/") / name
+        if host.is_symlink():
+            (rootfs / name).symlink_to(os.readlink(host))
+        elif host.is_dir():
+            (rootfs / name).mkdir()
+            mounts.append(_bind(str(host), f"/{name}"))
+    for path in read_only:
+        (rootfs / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        mounts.append(_bind(path, path))
+    return mounts
+
+
+def _stage_files(directory: Path, files: Mapping[str, bytes]) -> None:
+    """Write ``files`` under ``directory``, readable by the sandbox user."""
+    relatives = {safe_relative(name): content for name, content in files.items()}
+    directory.mkdir()
+    os.chmod(directory, 0o755)
+    for relative, content in relatives.items():
+        target = directory / relative
+        for parent in reversed(relative.parents[:-1]):
+            (directory / parent).mkdir(exist_ok=True)
+            os.chmod(directory / parent, 0o755)
+        target.write_bytes(content)
+        os.chmod(target, 0o644)
+
+
+class GVisorSandbox:
+    """Run each program on its own gVisor kernel with ``runsc``; see the module docstring.
+
+    Args:
+        read_only_paths: Host directories to expose read-only at the same path, in
+            addition to ``/usr``; by default the current interpreter's prefix.
+        runsc_path: The ``runsc`` binary; found on PATH by default.
+
+    Raises:
+        SandboxUnavailable: if runsc is missing (with the command that installs it), or
+            execgym does not run as root (runsc needs root to set up its sandbox).
+    """
+
+    name = "gvisor"
+
+    def __init__(
+        self,
+        *,
+        read_only_paths: Sequence[str] | None = None,
+        runsc_path: str | None = None,
+    ) -> None:
+        found = runsc_path or shutil.which("runsc")
+        if found is None:
+            raise SandboxUnavailable(_INSTALL_HINT)
+        if os.geteuid() != 0:
+            raise SandboxUnavailable(
+                "the gVisor sandbox needs root (runsc sets up its own namespaces and "
+                "cgroup as root); run execgym as root, or use --isolation bwrap"
+            )
+        self._runsc = found
+        paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
+        self._read_only = [os.path.realpath(p) for p in paths]
+
+    def _spec(
+        self, command: list[str], env: Mapping[str, str], limits: Limits, mounts: list[Any]
+    ) -> dict[str, Any]:
+        size = limits.disk_bytes
+        rlimits = [
+            _rlimit("RLIMIT_NOFILE", limits.max_open_files),
+            _rlimit("RLIMIT_FSIZE", limits.max_file_bytes),
+            _rlimit("RLIMIT_NPROC", limits.max_processes),
+            _rlimit("RLIMIT_CORE", 0),
+            # Set as under bwrap, so it cannot be raised; but this gVisor (2022-12) does
+            # not enforce it: the cgroup's CPU clock does.
+            _rlimit("RLIMIT_CPU", math.ceil(limits.cpu_time_s) + 1),
+        ]
+        if _cgroup.detect_cgroups().version is None:  # nothing else limits memory then
+            rlimits.append(_rlimit("RLIMIT_AS", limits.memory_bytes))
+        no_caps = ("bounding", "effective", "inheritable", "permitted", "ambient")
+        return {
+            "ociVersion": "1.0.2",
+            "process": {
+                "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
+                "args": command,
+                "env": [f"{key}={value}" for key, value in env.items()],
+                "cwd": WORK_DIR,
+                "capabilities": {kind: [] for kind in no_caps},
+                "noNewPrivileges": True,
+                "rlimits": rlimits,
+            },
+            "root": {"path": "rootfs", "readonly": True},
+            "hostname": "sandbox",
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+                _tmpfs("/tmp", "1777", size),
+                _tmpfs(WORK_DIR, "0777", size),
+                *mounts,
+            ],
+            "linux": {
+                "namespaces": [
+                    {"type": kind} for kind in ("pid", "network", "ipc", "uts", "mount")
+                ],
+                "seccomp": _seccomp(limits.network),
+            },
+        }
+
+    def _prepare(
+        self,
+        run_dir: Path,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes],
+        env: Mapping[str, str],
+        limits: Limits,
+        want_report: bool,
+    ) -> list[str]:
+        """Write the run's bundle under ``run_dir``; return the runsc command line."""
+        bundle = run_dir / "bundle"
+        rootfs = bundle / "rootfs"
+        rootfs.mkdir(parents=True)
+        mounts = _make_root(rootfs, self._read_only)
+        steps = []
+        if files:
+            (rootfs / CHANNEL_DIR.lstrip("/") / "files").mkdir(parents=True)
+            _stage_files(run_dir / "files", files)
+            mounts.append(_bind(str(run_dir / "files"), f"{CHANNEL_DIR}/files"))
+            steps.append(_COPY_FILES)
+        if want_report:
+            (rootfs / CHANNEL_DIR.lstrip("/")).mkdir(exist_ok=True)
+            (rootfs / CHANNEL_DIR.lstrip("/") / "report").touch()
+            os.mkfifo(run_dir / "report", 0o600)
+            os.chown(run_dir / "report", SANDBOX_UID, SANDBOX_UID)
+            mounts.append(_bind(str(run_dir / "report"), f"{CHANNEL_DIR}/report", writable=True))
+            steps.append(_OPEN_REPORT)
+        command = list(argv)
+        if steps:
+            # A constant script; the program's argv goes in as "$@", never into the text.
+            script = " && ".join([*steps, 'exec "$@"'])
+            command = ["/bin/sh", "-c", script, "sh", *command]
+        spec = self._spec(command, env, limits, mounts)
+        (bundle / "config.json").write_text(json.dumps(spec))
+        flags = [
+            f"--root={run_dir / 'state'}",
+            "--network=none",
+            "--ignore-cgroups",
+            "--oci-seccomp",
+        ]
+        if want_report:
+            flags.append("--host-fifo=open")
+        container_id = f"execgym-{uuid.uuid4().hex}"
+        return [self._runsc, *flags, "run", f"--bundle={bundle}", container_id]
+
+    def _enforcement(self, limits: Limits) -> dict[str, str]:
+        """How each limit is enforced under gVisor on this host, for every result."""
+        host = _cgroup.detect_cgroups()
+        how = {
+            "network": "gVisor network stack, --network=none (its own loopback only)"
+            + ("; seccomp allows Unix sockets only" if limits.network == "none" else ""),
+            "disk_bytes": "gVisor tmpfs size (kept in the sandbox's memory)",
+            "max_file_bytes": "rlimit in the gVisor kernel",
+            "max_open_files": "rlimit in the gVisor kernel",
+            "max_processes": "rlimit-nproc in the gVisor kernel (the run's own kernel: "
+            "every process and thread of the run)",
+            "memory_bytes": "rlimit-as in the gVisor kernel (per process, virtual memory)",
+            "cpu_time_s": "not enforced (no cgroup measures CPU; gVisor ignores RLIMIT_CPU)",
+            "reclaim": "process-group kill of runsc only: its Sentry and Gofer may outlive "
+            "a killed run (no writable cgroup here)",
+        }
+        if host.version is None:
+            return how
+        cgroup = f"cgroup-v{host.version}"
+        backstop = host_tasks_backstop(limits.max_processes)
+        how["max_processes"] += f"; host {cgroup} backstop of {backstop} tasks for gVisor"
+        how["memory_bytes"] = f"{cgroup} (the whole sandbox: program, tmpfs and gVisor's own)"
+        if host.version == 2 or "cpuacct" in host.parents:
+            how["cpu_time_s"] = f"{cgroup} (the whole sandbox, gVisor's own CPU included)"
+        how["reclaim"] = "cgroup kill of runsc, its Gofer and Sentry; bundle and state deleted"
+        return how
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run ``argv`` in a fresh gVisor sandbox; see :meth:`Sandbox.run`.
+
+        Raises:
+            TaskError: if a file name would escape the work dir.
+        """
+        for name in files or {}:
+            safe_relative(name)
+        run_dir = Path(tempfile.mkdtemp(prefix="execgym-gvisor-"))
+        try:
+            full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+            command = self._prepare(
+                run_dir,
+                argv,
+                files=files or {},
+                env=full_env,
+                limits=limits,
+                want_report=want_report,
+            )
+            host_limits = dataclasses.replace(
+                limits, max_processes=host_tasks_backstop(limits.max_processes)
+            )
+            return await run_contained(
+                command,
+                isolation=self.name,
+                env=BASE_ENV,
+                stdin=stdin,
+                limits=host_limits,
+                fd_map={},
+                want_report=want_report,
+                report_path=str(run_dir / "report") if want_report else None,
+                apply_rlimits=False,
+                shifted_signals=True,
+                enforcement=self._enforcement(limits),
+            )
+        except TaskError:
+            raise
+        except OSError as error:
+            return sandbox_error(self.name, f"could not prepare the sandbox: {error}")
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    async def run_python(
+        self,
+        source: bytes,
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run a Python script (as ``runner.py``); see :meth:`Sandbox.run_python`."""
+        return await run_python_as_file(
+            self, source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
+        )
