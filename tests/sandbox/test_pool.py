@@ -198,3 +198,28 @@ ADD = Task(
 async def test_the_assert_judge_on_the_pool(pool, completion, verdict) -> None:
     judgement = await AssertJudge().judge(ADD, completion, pool, Limits(wall_time_s=1))
     assert judgement.verdict is verdict, judgement
+
+
+def staged_cgroups() -> set[str]:
+    """Names of the cgroups of staged runs of this process, across every controller."""
+    host = detect_cgroups()
+    pattern = f"execgym-staged-{os.getpid()}-*"
+    return {p.name for parent in host.parents.values() for p in parent.glob(pattern)}
+
+
+async def test_staged_runs_get_their_own_limits_and_are_reclaimed_on_close(bwrap_sandbox) -> None:
+    # Each run's init is staged ahead in a cgroup made with the default limits; the run's
+    # own limits are applied when it takes the slot, lower or higher than the default.
+    require_cgroup = detect_cgroups().version is not None
+    hog = b"x = bytearray(%d); print('kept')"
+    async with WarmPoolSandbox() as box:
+        for _ in range(3):  # stage, use and replenish several times
+            small = await box.run_python(hog % (200 * MiB), limits=Limits(memory_bytes=64 * MiB))
+            large = await box.run_python(hog % (700 * MiB), limits=Limits(memory_bytes=1024 * MiB))
+            assert small.status is Status.MEMORY_LIMIT, small
+            assert (large.status, large.stdout) == (Status.OK, b"kept\n"), large
+        if require_cgroup:
+            assert 0 < len(staged_cgroups()) <= max(2, os.cpu_count() or 1)
+            assert large.enforcement["memory_bytes"].startswith("cgroup")
+        assert run_cgroups() == []
+    assert staged_cgroups() == set()

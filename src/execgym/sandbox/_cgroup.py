@@ -218,7 +218,7 @@ class RunCgroup:
         self.enforced: dict[str, str] = {}
 
     @classmethod
-    def create(cls, limits: Limits) -> RunCgroup | None:
+    def create(cls, limits: Limits, *, prefix: str = "execgym") -> RunCgroup | None:
         """Make a fresh cgroup for one run and apply ``limits`` to it.
 
         Returns:
@@ -231,7 +231,7 @@ class RunCgroup:
         host = detect_cgroups()
         if host.version is None:
             return None
-        name = f"execgym-{os.getpid()}-{next(_counter)}"
+        name = f"{prefix}-{os.getpid()}-{next(_counter)}"
         dirs = {key: parent / name for key, parent in host.parents.items()}
         made: list[Path] = []
         try:
@@ -244,10 +244,16 @@ class RunCgroup:
                     path.rmdir()
             raise
         group = cls(host, dirs)
-        group._apply(limits)
+        group.apply(limits)
         return group
 
-    def _apply(self, limits: Limits) -> None:
+    def apply(self, limits: Limits) -> None:
+        """Set this cgroup's memory and process limits to ``limits`` (again, if need be).
+
+        A cgroup made ahead of its run (the warm pool stages some) gets its run's limits
+        here; :attr:`enforced` then names what the kernel enforces for that run.
+        """
+        self.enforced = {}
         tag = f"cgroup-v{self.version}"
         if self.version == 2:
             base = self.dirs["unified"]
@@ -259,9 +265,12 @@ class RunCgroup:
             return
         memory = self.dirs["memory"]
         _write(memory / "memory.swappiness", "0")
-        if _write(memory / "memory.limit_in_bytes", str(limits.memory_bytes)):
+        # memory+swap may never be below memory: lower memory first, raise memsw first.
+        limit, memsw = memory / "memory.limit_in_bytes", memory / "memory.memsw.limit_in_bytes"
+        applied = _write(limit, str(limits.memory_bytes))
+        _write(memsw, str(limits.memory_bytes))
+        if applied or _write(limit, str(limits.memory_bytes)):
             self.enforced["memory_bytes"] = tag
-            _write(memory / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
         if _write(self.dirs["pids"] / "pids.max", str(limits.max_processes)):
             self.enforced["max_processes"] = tag
 
@@ -269,6 +278,20 @@ class RunCgroup:
     def measures_cpu(self) -> bool:
         """Whether :meth:`cpu_time_s` covers the whole tree."""
         return self.version == 2 or "cpuacct" in self.dirs
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` into every controller of this run's cgroup.
+
+        Raises:
+            OSError: if a ``cgroup.procs`` file cannot be written.
+        """
+        data = str(pid).encode()
+        for path in self.procs_files():
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
 
     def procs_files(self) -> list[str]:
         """Paths of the ``cgroup.procs`` files a new child writes its pid into."""

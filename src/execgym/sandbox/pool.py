@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -75,6 +76,12 @@ _START_TIMEOUT_S = 10.0
 _runs = itertools.count(1)
 
 
+def _procs_in_zygote(cgroup: RunCgroup | None) -> list[str]:
+    """The ``cgroup.procs`` paths of ``cgroup`` as the zygote sees them."""
+    dirs = cgroup.dirs.items() if cgroup else []
+    return [f"{_CGROUP_MOUNT}/{key}/{path.name}/cgroup.procs" for key, path in dirs]
+
+
 def _archive(files: Mapping[str, bytes]) -> bytes:
     """Pack files for the zygote: per file, name size (4 bytes), name, size (8), data."""
     parts = []
@@ -119,6 +126,8 @@ class WarmPoolSandbox:
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ready: asyncio.Future[dict[str, Any]] | None = None
         self._lock = asyncio.Lock()
+        self._staged: collections.deque[tuple[int, RunCgroup]] = collections.deque()
+        self._stage_target = max(2, os.cpu_count() or 1)
 
     async def __aenter__(self) -> WarmPoolSandbox:
         await self.start()
@@ -206,6 +215,7 @@ class WarmPoolSandbox:
         for network in ("none", "loopback"):
             program = seccomp_program(network).hex()
             host_end.send(json.dumps({"seccomp": program, "network": network}).encode())
+        self._replenish()
 
     def _on_message(self) -> None:
         assert self._control is not None
@@ -254,7 +264,49 @@ class WarmPoolSandbox:
                 errors = self._proc.stderr.read(4000).decode("utf-8", "replace")
                 self._proc.stderr.close()
             self._proc = None
+        self._drop_staged()  # the zygote, and the inits it staged, are gone
         return errors
+
+    def _take_slot(self, limits: Limits) -> tuple[int | None, RunCgroup | None]:
+        """A staged init and its cgroup, given the run's limits; else a new cgroup.
+
+        Raises:
+            OSError: if a new cgroup cannot be made.
+        """
+        if self._staged:
+            slot, cgroup = self._staged.popleft()
+            cgroup.apply(limits)
+            return slot, cgroup
+        return None, RunCgroup.create(limits)
+
+    def _replenish(self) -> None:
+        """Stage inits (each in its own new cgroup) up to the target; best effort.
+
+        Staging only pays where joining a cgroup is slow, so it needs cgroups; a failure
+        here costs the next runs speed, never correctness (they make their own).
+        """
+        while self._control is not None and len(self._staged) < self._stage_target:
+            try:
+                cgroup = RunCgroup.create(DEFAULT_LIMITS, prefix="execgym-staged")
+            except OSError as error:
+                log.debug("warm pool: could not stage a run: %s", error)
+                return
+            if cgroup is None:
+                return
+            slot = next(_runs)
+            try:
+                self._control.send(
+                    json.dumps({"stage": slot, "cgroup_procs": _procs_in_zygote(cgroup)}).encode()
+                )
+            except OSError:
+                cgroup.remove()
+                return
+            self._staged.append((slot, cgroup))
+
+    def _drop_staged(self) -> None:
+        while self._staged:
+            _, cgroup = self._staged.popleft()
+            cgroup.remove()
 
     async def aclose(self) -> None:
         """Kill the zygote and every run it forked; idempotent."""
@@ -297,11 +349,13 @@ class WarmPoolSandbox:
         except SandboxSetupFailed as error:
             return sandbox_error(self.name, str(error))
         try:
-            cgroup = RunCgroup.create(limits)
+            slot, cgroup = self._take_slot(limits)
         except OSError as error:
             return sandbox_error(self.name, f"could not create the run's cgroup: {error}")
         try:
-            return await self._run_forked(source, stdin, archive, limits, env, want_report, cgroup)
+            return await self._run_forked(
+                source, stdin, archive, limits, env, want_report, cgroup, slot
+            )
         except (OSError, SandboxSetupFailed) as error:
             return sandbox_error(self.name, f"the warm pool could not run it: {error}")
         finally:
@@ -317,6 +371,7 @@ class WarmPoolSandbox:
         env: Mapping[str, str] | None,
         want_report: bool,
         cgroup: RunCgroup | None,
+        slot: int | None,
     ) -> RunResult:
         loop = asyncio.get_running_loop()
         cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
@@ -340,10 +395,8 @@ class WarmPoolSandbox:
             "network": limits.network,
             "disk_bytes": limits.disk_bytes,
             "env": {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})},
-            "cgroup_procs": [
-                f"{_CGROUP_MOUNT}/{key}/{path.name}/cgroup.procs"
-                for key, path in (cgroup.dirs.items() if cgroup else [])
-            ],
+            "cgroup_procs": _procs_in_zygote(cgroup),
+            "staged": slot,
         }
         exited: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[run_id] = exited
@@ -362,6 +415,7 @@ class WarmPoolSandbox:
         finally:
             for fd in given:
                 os.close(fd)
+        self._replenish()
 
         def kill() -> None:
             if cgroup is not None:
