@@ -390,7 +390,9 @@ async def test_bc17_forked_busy_loops_share_one_cpu_budget(sandbox, needs_cgroup
     result = await sandbox.run(python(code), limits=Limits(wall_time_s=5, cpu_time_s=1))
     assert (result.status, result.limit_hit) == (Status.TIME_LIMIT, "cpu_time_s")
     assert result.cpu_time_s < 2  # 16 processes x 1 s each would be 16 s
-    assert result.wall_time_s < 2
+    # Killed for CPU before the wall clock ran out; how much wall time 1 s of CPU takes
+    # depends on the machine's load, so only the order of the two limits is asserted.
+    assert result.wall_time_s < 5
     assert processes_with(mark) == []
 
 

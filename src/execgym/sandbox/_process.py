@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import resource
+import select
 import shlex
 import shutil
 import signal
@@ -49,6 +51,8 @@ class ProcessSpec:
         wall_time_s: Wall-clock budget in seconds.
         cpu_time_s: CPU budget of the tree in seconds, enforced by polling the cgroup.
         max_output_bytes: Cap for each of stdout and stderr; passing it kills the run.
+        hold_fds: For a bwrap launcher whose argv has ``--info-fd A --block-fd B``,
+            ``(A, B)``: it is held by bwrap itself (see :func:`spawn_held`).
     """
 
     argv: Sequence[str]
@@ -63,6 +67,7 @@ class ProcessSpec:
     fd_map: Mapping[int, int] = field(default_factory=dict)
     want_report: bool = False
     report_path: str | None = None
+    hold_fds: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,66 +163,168 @@ def _find_program(argv0: str, env: Mapping[str, str]) -> str:
     return found
 
 
-def spawn_gated(
-    spec: ProcessSpec, fds: Mapping[int, int], *, stdout: int, stderr: int, stdin: int | None
-) -> int:
-    """Start ``spec.argv`` held at a gate, put it in its cgroup and rlimits, release it.
+def park_descriptors(
+    fds: Mapping[int, int], *, stdout: int, stderr: int, stdin: int | None
+) -> dict[int, int]:
+    """Private copies of a child's descriptors, ``{fd in child: copy}``, above fd 10.
 
-    The child is ``/bin/sh`` blocked reading a pipe (``posix_spawn``: no fork of this
-    interpreter, and the descriptors land on their numbers in ``fds``, ``{fd in child:
-    fd here}``); while it waits, its pid is written into the run's cgroups and its
-    rlimits are set with ``prlimit``, so everything the program ever starts is
-    accounted and limited. Then one line on the gate lets it ``exec`` the program.
+    The copies belong to the spawn (:func:`spawn_held` closes them), so the caller may
+    close its own at once, even if the spawn is still going on in another thread.
+    """
+    targets: dict[int, int | None] = {0: stdin, 1: stdout, 2: stderr, **fds}
+    floor = max(*targets, 9) + 1  # above every target, the gate's (3-9) included
+    parked: dict[int, int] = {}
+    try:
+        for target, source in targets.items():
+            if source is None:
+                null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+                parked[target] = fcntl.fcntl(null, fcntl.F_DUPFD_CLOEXEC, floor)
+                os.close(null)
+            else:
+                parked[target] = fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, floor)
+    except BaseException:
+        for fd in parked.values():
+            os.close(fd)
+        raise
+    return parked
+
+
+def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> int:
+    """Start ``spec.argv`` held before it runs anything, place it, then let it go.
+
+    Blocking (it waits for the kernel to move the process into its cgroup, several
+    milliseconds on some hosts): call it in a worker thread. The child gets the
+    descriptors of ``parked`` (see :func:`park_descriptors`) on their numbers, its own
+    session, default signal handling and the complete environment ``spec.env``.
+
+    Two ways to hold it, both without forking this interpreter (``posix_spawn``):
+
+    - ``spec.hold_fds`` set (bubblewrap's ``--info-fd`` and ``--block-fd``): bwrap
+      starts at once and sets its namespaces up while we move its sandbox process
+      (which has not started the program yet) into the cgroup and set its rlimits;
+      then a byte on the block pipe lets it start the program.
+    - otherwise ``/bin/sh`` waits on a gate pipe; its pid is placed, then one line on
+      the gate lets it ``exec`` the program.
+
+    Either way everything the program ever starts is accounted and limited.
 
     Returns:
-        The child's pid (its own session and process group).
+        The pid of the child (the launcher), leader of its own session.
 
     Raises:
         OSError: if the program is not found or the child cannot be started, placed
             or released (it is killed and reaped first).
     """
     program, *argv = [_find_program(spec.argv[0], spec.env), *spec.argv[1:]]
-    gate_read, gate_write = os.pipe()
-    targets: dict[int, int | None] = {0: stdin, 1: stdout, 2: stderr, **fds}
-    # dash reads only one-digit descriptors in redirections: the gate takes a free one.
-    gate_fd = next(fd for fd in range(3, 10) if fd not in targets)
-    targets[gate_fd] = gate_read
-    # Sources are parked above every target first: a source may sit on another's target.
-    parked: dict[int, int] = {}
+    # Every source of a dup2 sits above every target, so no action undoes another.
+    floor = max(*parked, *(spec.hold_fds or ()), 9) + 1
+    hold_read, hold_write = _above(os.pipe(), floor)
+    info_read, info_write = _above(os.pipe(), floor) if spec.hold_fds else (-1, -1)
     try:
-        for target, source in targets.items():
-            if source is None:
-                parked[target] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-            else:
-                parked[target] = fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, gate_fd + 1)
-        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in parked.items()]
+        if spec.hold_fds:
+            info_fd, block_fd = spec.hold_fds
+            given = {**parked, info_fd: info_write, block_fd: hold_read}
+            path, full = program, [program, *argv]
+        else:
+            # dash reads only one-digit descriptors in redirections: take a free one.
+            gate_fd = next(fd for fd in range(3, 10) if fd not in parked)
+            given = {**parked, gate_fd: hold_read}
+            script = _gate_script(gate_fd, spec.cwd)
+            path, full = _GATE_SHELL, [_GATE_SHELL, "-c", script, "execgym-gate", program, *argv]
         pid = os.posix_spawn(
-            _GATE_SHELL,
-            [_GATE_SHELL, "-c", _gate_script(gate_fd, spec.cwd), "execgym-gate", program, *argv],
+            path,
+            full,
             dict(spec.env),
-            file_actions=actions,
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in given.items()],
             setsid=True,
             setsigmask=(),
             setsigdef=_DEFAULT_SIGNALS,
         )
+    except BaseException:
+        for fd in (hold_write, info_read):
+            if fd >= 0:
+                os.close(fd)
+        raise
     finally:
-        os.close(gate_read)
-        for fd in parked.values():
-            os.close(fd)
+        for fd in (hold_read, info_write, *parked.values()):
+            if fd >= 0:
+                os.close(fd)
     try:
+        members = [pid, *([_held_child(info_read)] if spec.hold_fds else [])]
         if spec.cgroup is not None:
-            spec.cgroup.add(pid)
-        for kind, value in spec.rlimits:
-            resource.prlimit(pid, kind, (value, value))
-        os.write(gate_write, b"\n")
+            spec.cgroup.add(members[-1])
+        for member in members:
+            for kind, value in spec.rlimits:
+                resource.prlimit(member, kind, (value, value))
+        os.write(hold_write, b"\n")
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise
     finally:
-        os.close(gate_write)
+        os.close(hold_write)
+        if info_read >= 0:
+            os.close(info_read)
     return pid
+
+
+_HOLD_TIMEOUT_S = 10.0
+
+
+def _above(pipe: tuple[int, int], floor: int) -> tuple[int, int]:
+    """Both ends of ``pipe`` moved to descriptors at or above ``floor`` (close-on-exec)."""
+    moved = []
+    for fd in pipe:
+        moved.append(fd if fd >= floor else fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor))
+        if moved[-1] != fd:
+            os.close(fd)
+    return moved[0], moved[1]
+
+
+def _held_child(info_read: int) -> int:
+    """The pid of bwrap's sandbox process, from the JSON bwrap writes on ``--info-fd``."""
+    data = b""
+    deadline = time.monotonic() + _HOLD_TIMEOUT_S
+    while b"}" not in data:
+        ready, _, _ = select.select([info_read], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(info_read, 4096) if ready else b""
+        if not chunk:
+            raise OSError(errno.EIO, "bwrap ended or said nothing before its sandbox started")
+        data += chunk
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise OSError(errno.EIO, f"bwrap's --info-fd said {data[:200]!r}") from error
+
+
+async def spawn(
+    spec: ProcessSpec, fds: Mapping[int, int], *, stdout: int, stderr: int, stdin: int | None
+) -> int:
+    """:func:`spawn_held` in a worker thread, so the event loop never waits on the kernel.
+
+    If this coroutine is cancelled while the thread runs, the thread's child is killed
+    and reaped when the thread is done: nothing it started outlives the cancellation.
+    """
+    parked = park_descriptors(fds, stdout=stdout, stderr=stderr, stdin=stdin)
+    task = asyncio.ensure_future(asyncio.to_thread(spawn_held, spec, parked))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_reclaim_spawned(spec.cgroup))
+        raise
+
+
+def _reclaim_spawned(cgroup: RunCgroup | None) -> Callable[[asyncio.Future[int]], None]:
+    def reclaim(task: asyncio.Future[int]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        pid = task.result()
+        _kill_tree(pid, cgroup)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+    return reclaim
 
 
 def tree_cpu_time_s(root: int) -> float:
@@ -272,7 +379,7 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
     stdin_fd = memfd_with(spec.stdin, "execgym-stdin") if spec.stdin else None
     started = time.monotonic()
     try:
-        pid = spawn_gated(
+        pid = await spawn(
             spec, fd_map, stdout=pipes["stdout"][1], stderr=pipes["stderr"][1], stdin=stdin_fd
         )
     except BaseException:

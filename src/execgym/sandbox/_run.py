@@ -40,6 +40,7 @@ async def run_contained(
     shifted_signals: bool = False,
     report_path: str | None = None,
     apply_rlimits: bool = True,
+    hold_fds: tuple[int, int] | None = None,
 ) -> RunResult:
     """Run ``argv`` in a fresh cgroup (when the host has one) and reclaim everything.
 
@@ -60,6 +61,8 @@ async def run_contained(
             launcher that sets them inside its own sandbox (runsc) passes ``False``:
             they would limit its own processes. Its ``enforcement`` then says how they
             are enforced; any it does not name is reported ``"not enforced"``.
+        hold_fds: bwrap's ``--info-fd`` and ``--block-fd`` numbers in ``argv``, if it
+            holds its own sandbox until the cgroup is set (see ``ProcessSpec``).
 
     Returns:
         The :class:`RunResult`; a failure to set the run up is a ``SANDBOX_ERROR``
@@ -102,6 +105,7 @@ async def run_contained(
             wall_time_s=limits.wall_time_s,
             cpu_time_s=limits.cpu_time_s,
             max_output_bytes=limits.max_output_bytes,
+            hold_fds=hold_fds,
         )
         outcome = await run_process(spec)
     except OSError as error:

@@ -35,6 +35,7 @@ WORK_DIR = "/work"
 
 _SECCOMP_FD = 9
 _FIRST_FILE_FD = 10
+_INFO_FD, _BLOCK_FD = 5, 6  # bwrap holds the sandbox until its cgroup is set (see _process)
 _INSTALL_HINT = (
     "bubblewrap (bwrap) is not installed. Install it with `sudo apt-get install bubblewrap` "
     "(Debian/Ubuntu) or `sudo dnf install bubblewrap` (Fedora), or pass --isolation none "
@@ -118,7 +119,9 @@ class BubblewrapSandbox:
         paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
         self._read_only = [os.path.realpath(p) for p in paths]
 
-    def _argv(self, argv: Sequence[str], limits: Limits, file_args: list[str]) -> list[str]:
+    def _argv(
+        self, argv: Sequence[str], limits: Limits, file_args: list[str], *, hold: bool = False
+    ) -> list[str]:
         command = [
             self._bwrap,
             "--die-with-parent",
@@ -131,6 +134,8 @@ class BubblewrapSandbox:
             "--hostname",
             "sandbox",
         ]
+        if hold:
+            command += ["--info-fd", str(_INFO_FD), "--block-fd", str(_BLOCK_FD)]
         if not self._as_root:
             command += [
                 "--unshare-user",
@@ -217,7 +222,8 @@ class BubblewrapSandbox:
                 ]
             full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
             return await run_contained(
-                self._argv(argv, limits, file_args),
+                self._argv(argv, limits, file_args, hold=True),
+                hold_fds=(_INFO_FD, _BLOCK_FD),
                 isolation=self.name,
                 env=full_env,
                 stdin=stdin,
