@@ -153,7 +153,9 @@ class AssertJudge:
         nonce = secrets.token_hex(16)
         run = await sandbox.run_python(
             self._runner,
-            stdin=encode_job(nonce, task.entry_point, build_program(task, completion), task.tests),
+            stdin=encode_job(
+                nonce, task.entry_point or "", build_program(task, completion), task.tests or ""
+            ),
             limits=limits,
             want_report=True,
         )
