@@ -6,7 +6,7 @@ import json
 import secrets
 from importlib import resources
 
-from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.judges.base import RUN_STATUS_VERDICT, ErrorDetail, Judgement, Verdict
 from execgym.limits import Limits
 from execgym.sandbox._python import python_command  # noqa: F401 - re-exported for users
 from execgym.sandbox.base import RunResult, Sandbox, Status
@@ -15,12 +15,7 @@ from execgym.tasks.models import Task
 START_MARKER = b"EXECGYM-START\n"
 """What the harness writes first on its report channel (kept equal to the runner's)."""
 
-_RUN_STATUS_VERDICT = {
-    Status.TIME_LIMIT: Verdict.TIMEOUT,
-    Status.MEMORY_LIMIT: Verdict.MEMORY_EXCEEDED,
-    Status.OUTPUT_LIMIT: Verdict.OUTPUT_EXCEEDED,
-    Status.SANDBOX_ERROR: Verdict.SANDBOX_ERROR,
-}
+_RUN_STATUS_VERDICT = RUN_STATUS_VERDICT
 _REPORTED = {
     v.value: v for v in (Verdict.PASSED, Verdict.FAILED, Verdict.ERROR, Verdict.MEMORY_EXCEEDED)
 }

@@ -6,14 +6,14 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from execgym.sandbox.base import RunResult
+from execgym.sandbox.base import RunResult, Status
 
 
 class Verdict(enum.Enum):
     """The outcome of one rollout.
 
-    ``SANDBOX_ERROR`` and ``INVALID`` are not the model's fault: their reward is
-    ``None`` (masked), never 0.
+    ``SANDBOX_ERROR``, ``INVALID`` and ``LANGUAGE_UNAVAILABLE`` are not the model's
+    fault: their reward is ``None`` (masked), never 0. ``COMPILE_ERROR`` is: 0.
     """
 
     PASSED = "passed"  # every test passed
@@ -24,11 +24,22 @@ class Verdict(enum.Enum):
     OUTPUT_EXCEEDED = "output_exceeded"  # wrote more than max_output_bytes
     SANDBOX_ERROR = "sandbox_error"  # we failed to run it; retried once, then masked
     INVALID = "invalid"  # the input was unusable (unknown task, malformed line)
+    COMPILE_ERROR = "compile_error"  # the source did not compile (compiler's message kept)
+    LANGUAGE_UNAVAILABLE = "language_unavailable"  # no toolchain for it here; masked
 
     @property
     def is_masked(self) -> bool:
         """Whether this verdict carries no reward (our fault or bad input)."""
-        return self in (Verdict.SANDBOX_ERROR, Verdict.INVALID)
+        return self in (Verdict.SANDBOX_ERROR, Verdict.INVALID, Verdict.LANGUAGE_UNAVAILABLE)
+
+
+RUN_STATUS_VERDICT = {
+    Status.TIME_LIMIT: Verdict.TIMEOUT,
+    Status.MEMORY_LIMIT: Verdict.MEMORY_EXCEEDED,
+    Status.OUTPUT_LIMIT: Verdict.OUTPUT_EXCEEDED,
+    Status.SANDBOX_ERROR: Verdict.SANDBOX_ERROR,
+}
+"""The verdict a run's :class:`Status` decides by itself (limits, sandbox failures)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +68,8 @@ class Judgement:
     error: ErrorDetail | None = None
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def tail_text(data: bytes, limit: int = 2000) -> str:
+    """The last ``limit`` bytes of ``data`` as text (undecodable bytes replaced)."""
+    return data[-limit:].decode("utf-8", errors="replace")

@@ -135,8 +135,8 @@ class Checker(_Strict):
     It runs in the sandbox with the files ``input.txt``, ``expected.txt`` and
     ``actual.txt`` in its work dir, whose names are also its three arguments, and
     answers with its exit code: 0 accepted, 1 wrong answer; anything else (another
-    code, a crash, a timeout) means the checker itself failed, which is not the
-    model's fault (``sandbox_error``, masked).
+    code, a crash, a timeout, an exception raised by a Python checker) means the
+    checker itself failed, which is not the model's fault (``sandbox_error``, masked).
     """
 
     language: str = "python"

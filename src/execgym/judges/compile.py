@@ -1,0 +1,218 @@
+"""The compile step: turn a source into a :class:`Program`, with a cache by source hash.
+
+Compilers run inside the sandbox too (a compiler given hostile source is attack
+surface), with their own limits (:data:`COMPILE_LIMITS`, overridden per task by
+``Task.compile_limits``). What they produce comes back through the report channel and
+is kept in a cache directory on the host, keyed by the SHA-256 of the language, the
+exact toolchain (path, size, mtime), the compile command and the source; a task's
+repeated rollouts of the same source never recompile it. Compile errors are cached as
+well; timeouts are not (they depend on the load).
+
+Outcomes: a :class:`Program`, or a :class:`Judgement` of ``compile_error`` (with the
+compiler's message), ``language_unavailable`` (no toolchain here: masked) or
+``sandbox_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from execgym.judges.base import Judgement, Verdict, tail_text
+from execgym.judges.languages import SPECS, LanguageSpec, Program
+from execgym.limits import GiB, Limits, MiB
+from execgym.sandbox._python import python_command
+from execgym.sandbox.base import Sandbox, Status
+from execgym.toolchains import Toolchain, find_toolchain, missing_hint
+
+START_MARKER = b"EXECGYM-START\n"
+
+COMPILE_LIMITS = Limits(
+    wall_time_s=60.0,
+    cpu_time_s=60.0,
+    memory_bytes=2 * GiB,
+    max_processes=128,
+    max_output_bytes=1 * MiB,
+    max_file_bytes=256 * MiB,
+    disk_bytes=512 * MiB,
+    max_open_files=1024,
+)
+"""Limits of one compile step (rustc and javac need far more than a run)."""
+
+
+def compile_limits_for(run_limits: Limits) -> Limits:
+    """The compile step's limits: :data:`COMPILE_LIMITS`, never tighter than the run's."""
+    return COMPILE_LIMITS.merged(
+        memory_bytes=max(COMPILE_LIMITS.memory_bytes, run_limits.memory_bytes),
+        wall_time_s=max(COMPILE_LIMITS.wall_time_s, run_limits.wall_time_s),
+        cpu_time_s=max(COMPILE_LIMITS.cpu_time_s, run_limits.cpu_time_s),
+    )
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/execgym/compiled`` (``~/.cache/execgym/compiled`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "execgym" / "compiled"
+
+
+def _driver_source() -> bytes:
+    return resources.files("execgym.judges").joinpath("_compile_runner.py").read_bytes()
+
+
+def parse_outputs(payload: bytes) -> tuple[dict[str, object], dict[str, bytes]]:
+    """Split a compile report (or cache entry) into its header and its files.
+
+    Raises:
+        ValueError: if it is truncated or malformed.
+    """
+    line, _, rest = payload.partition(b"\n")
+    header = json.loads(line)
+    if not isinstance(header, dict) or not isinstance(header.get("exit_code"), int):
+        raise ValueError("the compile report has no exit code")
+    files: dict[str, bytes] = {}
+    view, at = memoryview(rest), 0
+    while at < len(view):
+        size = int.from_bytes(view[at : at + 4], "big")
+        name = bytes(view[at + 4 : at + 4 + size]).decode("utf-8")
+        at += 4 + size
+        length = int.from_bytes(view[at : at + 8], "big")
+        at += 8
+        if at + length > len(view):
+            raise ValueError(f"the compiled output {name!r} is truncated")
+        files[name] = bytes(view[at : at + length])
+        at += length
+    return header, files
+
+
+class Builder:
+    """Builds programs: finds the toolchain, compiles in the sandbox, caches the result.
+
+    Args:
+        cache_dir: Where compiled outputs are kept; :func:`default_cache_dir` by default.
+        use_cache: ``False`` compiles every time (for benchmarks).
+
+    Attributes:
+        compiles: Compile steps actually run (not served from the cache).
+        cache_hits: Builds served from the cache.
+    """
+
+    def __init__(self, cache_dir: Path | None = None, *, use_cache: bool = True) -> None:
+        self.cache_dir = cache_dir or default_cache_dir()
+        self.use_cache = use_cache
+        self.compiles = 0
+        self.cache_hits = 0
+        self._driver = _driver_source()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def build(
+        self, language: str, source: str, sandbox: Sandbox, limits: Limits = COMPILE_LIMITS
+    ) -> Program | Judgement:
+        """Make ``source`` runnable; compile it (once per distinct source) if need be."""
+        toolchain = find_toolchain(language)
+        if toolchain is None:
+            return Judgement(
+                Verdict.LANGUAGE_UNAVAILABLE,
+                message=f"no {language} toolchain on this host ({missing_hint(language)})",
+            )
+        spec = SPECS[language]
+        name = spec.source_name(source)
+        code = source.encode("utf-8", "surrogatepass")
+        if spec.compile is None:
+            python = code if language == "python" else None
+            argv = tuple(spec.run(toolchain, name, source))
+            return Program(language, argv, {name: code}, spec.env, python)
+        argv = spec.compile(toolchain, name)
+        key = hashlib.sha256(
+            json.dumps([language, toolchain.fingerprint, argv, spec.outputs]).encode() + code
+        ).hexdigest()
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:  # rollouts of one source wait for a single compile
+            payload = self._cached(key)
+            if payload is None:
+                payload = await self._compile(spec, argv, name, code, sandbox, limits)
+                if isinstance(payload, Judgement):
+                    return payload
+                self._store(key, payload)
+            else:
+                self.cache_hits += 1
+        return self._program(spec, toolchain, name, source, payload)
+
+    def _program(
+        self, spec: LanguageSpec, toolchain: Toolchain, name: str, source: str, payload: bytes
+    ) -> Program | Judgement:
+        try:
+            header, files = parse_outputs(payload)
+        except ValueError as error:
+            return Judgement(Verdict.SANDBOX_ERROR, message=f"unusable compile output: {error}")
+        if header["exit_code"] != 0:
+            message = str(header.get("message", "")).strip() or "the compiler failed"
+            return Judgement(Verdict.COMPILE_ERROR, message=message)
+        argv = tuple(spec.run(toolchain, name, source))
+        return Program(spec.name, argv, files, spec.env)
+
+    async def _compile(
+        self,
+        spec: LanguageSpec,
+        argv: list[str],
+        name: str,
+        code: bytes,
+        sandbox: Sandbox,
+        limits: Limits,
+    ) -> bytes | Judgement:
+        self.compiles += 1
+        job = json.dumps({"argv": argv, "outputs": list(spec.outputs)}).encode()
+        run = await sandbox.run(
+            python_command("execgym_compile.py"),
+            stdin=job,
+            files={name: code, "execgym_compile.py": self._driver},
+            limits=limits,
+            env=dict(spec.env) or None,
+            want_report=True,
+        )
+        if run.status is Status.SANDBOX_ERROR or not run.report.startswith(START_MARKER):
+            stderr = tail_text(run.stderr).strip()
+            why = run.message or run.status.value
+            message = f"the sandbox never started the compiler ({why})"
+            return Judgement(
+                Verdict.SANDBOX_ERROR, run, message=message + (f": {stderr}" if stderr else "")
+            )
+        if run.status in (Status.TIME_LIMIT, Status.MEMORY_LIMIT):
+            what = "time" if run.status is Status.TIME_LIMIT else "memory"
+            return Judgement(
+                Verdict.COMPILE_ERROR,
+                run,
+                message=f"the compiler ran out of {what} ({run.message})",
+            )
+        if run.status is not Status.OK:
+            return Judgement(
+                Verdict.SANDBOX_ERROR, run, message=f"the compile driver failed: {run.message}"
+            )
+        return run.report[len(START_MARKER) :]
+
+    def _path(self, key: str) -> Path:
+        return self.cache_dir / key[:2] / key
+
+    def _cached(self, key: str) -> bytes | None:
+        if not self.use_cache:
+            return None
+        try:
+            return self._path(key).read_bytes()
+        except OSError:
+            return None
+
+    def _store(self, key: str, payload: bytes) -> None:
+        if not self.use_cache:
+            return
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+                handle.write(payload)
+            os.replace(handle.name, path)  # readers see a whole entry or none
+        except OSError:
+            pass  # a cache that cannot be written only costs a recompile
