@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,3 +74,37 @@ class Judgement:
 def tail_text(data: bytes, limit: int = 2000) -> str:
     """The last ``limit`` bytes of ``data`` as text (undecodable bytes replaced)."""
     return data[-limit:].decode("utf-8", errors="replace")
+
+
+START_MARKER = b"EXECGYM-START\n"
+"""What every harness writes first on its report channel, before any untrusted code."""
+
+
+def never_started(run: RunResult, what: str) -> Judgement | None:
+    """A ``sandbox_error`` if ``run``'s report channel lacks the start marker, else ``None``.
+
+    Such a run never reached our harness (bwrap, setpriv or the interpreter failed, or
+    the host was too slow to start it within the limits); no solution can cause it, as
+    the marker precedes its code.
+    """
+    if run.status is Status.SANDBOX_ERROR or run.report.startswith(START_MARKER):
+        return None
+    stderr = tail_text(run.stderr).strip()
+    message = f"the sandbox never started the {what} ({run.message or run.status.value})"
+    return Judgement(
+        Verdict.SANDBOX_ERROR, run, message=message + (f": {stderr}" if stderr else "")
+    )
+
+
+def nonce_report(report: bytes, nonce: str) -> dict[str, Any] | None:
+    """The JSON object a harness wrote after the last ``nonce`` line, else ``None``."""
+    tag = nonce.encode("ascii") + b"\n"
+    start = report.rfind(tag)
+    if start < 0:
+        return None
+    line = report[start + len(tag) :].split(b"\n", 1)[0]
+    try:
+        payload = json.loads(line.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None

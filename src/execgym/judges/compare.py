@@ -144,3 +144,30 @@ def _differ_at(expected: str, actual: str) -> Outcome:
 
 def _show(text: str) -> str:
     return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
+
+
+def values_match(expected: object, actual: object, comparison: Comparison) -> bool:
+    """Deep comparison of two plain JSON values (function-call results).
+
+    Booleans are not numbers (``True`` is not ``1``); an int and a float are compared as
+    numbers, floats within the comparison's tolerance (exactly without one); lists
+    element by element; dicts by the same keys; strings exactly. Anything but plain
+    JSON data never matches.
+    """
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    if isinstance(expected, int | float) and isinstance(actual, int | float):
+        if isinstance(expected, int) and isinstance(actual, int):
+            return expected == actual
+        return numbers_close(float(expected), float(actual), comparison)
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(
+            values_match(e, a, comparison) for e, a in zip(expected, actual, strict=True)
+        )
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(
+            values_match(expected[key], actual[key], comparison) for key in expected
+        )
+    if expected is None or isinstance(expected, str):
+        return type(expected) is type(actual) and expected == actual
+    return False

@@ -23,14 +23,12 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from execgym.judges.base import Judgement, Verdict, tail_text
+from execgym.judges.base import START_MARKER, Judgement, Verdict, never_started
 from execgym.judges.languages import SPECS, LanguageSpec, Program
 from execgym.limits import GiB, Limits, MiB
 from execgym.sandbox._python import python_command
 from execgym.sandbox.base import Sandbox, Status
 from execgym.toolchains import Toolchain, find_toolchain, missing_hint
-
-START_MARKER = b"EXECGYM-START\n"
 
 COMPILE_LIMITS = Limits(
     wall_time_s=60.0,
@@ -174,13 +172,11 @@ class Builder:
             env=dict(spec.env) or None,
             want_report=True,
         )
-        if run.status is Status.SANDBOX_ERROR or not run.report.startswith(START_MARKER):
-            stderr = tail_text(run.stderr).strip()
-            why = run.message or run.status.value
-            message = f"the sandbox never started the compiler ({why})"
-            return Judgement(
-                Verdict.SANDBOX_ERROR, run, message=message + (f": {stderr}" if stderr else "")
-            )
+        unstarted = never_started(run, "compiler")
+        if unstarted is not None:
+            return unstarted
+        if run.status is Status.SANDBOX_ERROR:
+            return Judgement(Verdict.SANDBOX_ERROR, run, message=run.message)
         if run.status in (Status.TIME_LIMIT, Status.MEMORY_LIMIT):
             what = "time" if run.status is Status.TIME_LIMIT else "memory"
             return Judgement(

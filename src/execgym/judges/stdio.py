@@ -15,10 +15,9 @@ when every case passed, else the verdict of the first case that did not.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
 
-from execgym.judges.base import RUN_STATUS_VERDICT, ErrorDetail, Judgement, Verdict, tail_text
+from execgym.judges.base import Judgement, Verdict, tail_text
+from execgym.judges.cases import CaseResult, case_judgement, run_verdict
 from execgym.judges.compare import compare_output
 from execgym.judges.compile import Builder, compile_limits_for
 from execgym.judges.languages import Program
@@ -38,55 +37,6 @@ except BaseException:
 """
 """Runs a Python checker so that an exception in it is a checker failure (exit 3), not
 the wrong-answer exit code 1 every uncaught exception would give."""
-
-
-@dataclass(frozen=True, slots=True)
-class CaseResult:
-    """One case's outcome."""
-
-    verdict: Verdict
-    run: RunResult | None
-    message: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        """The case as it appears in ``Judgement.details["cases"]``."""
-        return {
-            "verdict": self.verdict.value,
-            "wall_time_s": round(self.run.wall_time_s, 4) if self.run else None,
-            "message": self.message,
-        }
-
-
-def summarize(cases: list[CaseResult], total: int) -> tuple[Verdict, dict[str, Any], int]:
-    """The overall verdict, the details, and the index of the deciding case.
-
-    Cases not run (after a stop on the first failure) count as not passed.
-    """
-    passed = sum(case.verdict is Verdict.PASSED for case in cases)
-    details = {
-        "cases": [case.to_json() for case in cases],
-        "passed": passed,
-        "total": total,
-        "fraction_passed": passed / total if total else 0.0,
-    }
-    for index, case in enumerate(cases):
-        if case.verdict is Verdict.SANDBOX_ERROR:
-            return Verdict.SANDBOX_ERROR, details, index
-    for index, case in enumerate(cases):
-        if case.verdict is not Verdict.PASSED:
-            return case.verdict, details, index
-    return Verdict.PASSED, details, len(cases) - 1
-
-
-def run_verdict(run: RunResult) -> CaseResult | None:
-    """The verdict a run earns before its output is looked at, or ``None`` if it ran OK."""
-    if run.status in RUN_STATUS_VERDICT:
-        return CaseResult(RUN_STATUS_VERDICT[run.status], run, run.message)
-    if run.status is not Status.OK:
-        stderr = tail_text(run.stderr, 600).strip()
-        last = stderr.splitlines()[-1] if stderr else ""
-        return CaseResult(Verdict.ERROR, run, f"{run.message}: {last}" if last else run.message)
-    return None
 
 
 class StdioJudge:
@@ -125,15 +75,7 @@ class StdioJudge:
                 break
             if task.stop_on_first_failure and result.verdict is not Verdict.PASSED:
                 break
-        verdict, details, deciding = summarize(cases, len(task.test_cases))
-        case = cases[deciding]
-        message = "" if verdict is Verdict.PASSED else f"case {deciding + 1}: {case.message}"
-        error = None
-        if verdict in (Verdict.FAILED, Verdict.ERROR):
-            error = ErrorDetail(
-                "WrongAnswer" if verdict is Verdict.FAILED else "RuntimeError", message
-            )
-        return Judgement(verdict, case.run, error=error, message=message, details=details)
+        return case_judgement(cases, len(task.test_cases), None)
 
     async def _checker(self, checker: Checker, sandbox: Sandbox) -> Program | Judgement:
         python = checker.language == "python"
