@@ -108,3 +108,25 @@ def nonce_report(report: bytes, nonce: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None
+
+
+def harness_report(run: RunResult, nonce: str, what: str) -> Judgement | dict[str, Any]:
+    """The report of a harness run, or the judgement the run earns without one.
+
+    A run that never reached the harness is a ``sandbox_error``; one ended by a limit
+    gets that limit's verdict; one without a nonce-tagged report (the program exited or
+    crashed before the harness finished) is an ``error``, never a pass.
+    """
+    unstarted = never_started(run, what)
+    if unstarted is not None:
+        return unstarted
+    if run.status in RUN_STATUS_VERDICT:
+        return Judgement(RUN_STATUS_VERDICT[run.status], run, message=run.message)
+    report = nonce_report(run.report, nonce)
+    if report is None or run.status is not Status.OK:
+        how = run.message or "exited with code 0"
+        message = f"the program ended before the {what} finished ({how}); no report"
+        return Judgement(
+            Verdict.ERROR, run, ErrorDetail("NoReport", message, tail_text(run.stderr)), message
+        )
+    return report

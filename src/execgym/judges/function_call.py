@@ -19,19 +19,11 @@ from importlib import resources
 from typing import Any
 
 from execgym.judges.assert_tests import build_program
-from execgym.judges.base import (
-    RUN_STATUS_VERDICT,
-    ErrorDetail,
-    Judgement,
-    Verdict,
-    never_started,
-    nonce_report,
-    tail_text,
-)
+from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.cases import CaseResult, case_judgement
 from execgym.judges.compare import values_match
 from execgym.limits import Limits
-from execgym.sandbox.base import RunResult, Sandbox, Status
+from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import FunctionCase, Task
 
 _SHOWN = 200
@@ -52,12 +44,6 @@ def encode_call_job(nonce: str, task: Task, program: str) -> bytes:
 
 def _cases(task: Task) -> list[FunctionCase]:
     return [case for case in task.test_cases if isinstance(case, FunctionCase)]
-
-
-def parse_call_report(report: bytes, nonce: str) -> dict[str, Any] | None:
-    """The harness's report if it carries our nonce and is well formed, else ``None``."""
-    payload = nonce_report(report, nonce)
-    return payload if payload is not None and "status" in payload else None
 
 
 def _show(value: object) -> str:
@@ -90,19 +76,10 @@ def judge_results(task: Task, results: list[Any], run: RunResult) -> Judgement:
 
 def interpret_call_run(task: Task, run: RunResult, nonce: str) -> Judgement:
     """Turn a run of the function-call harness into a :class:`Judgement`."""
-    unstarted = never_started(run, "call harness")
-    if unstarted is not None:
-        return unstarted
-    if run.status in RUN_STATUS_VERDICT:
-        return Judgement(RUN_STATUS_VERDICT[run.status], run, message=run.message)
-    payload = parse_call_report(run.report, nonce)
-    if payload is None or run.status is not Status.OK:
-        how = run.message or "exited with code 0"
-        message = f"the program ended before the calls finished ({how}); no report"
-        return Judgement(
-            Verdict.ERROR, run, ErrorDetail("NoReport", message, tail_text(run.stderr)), message
-        )
-    if payload["status"] != "ok":
+    payload = harness_report(run, nonce, "call harness")
+    if isinstance(payload, Judgement):
+        return payload
+    if payload.get("status") != "ok":
         kind, text = str(payload.get("error", "")), str(payload.get("message", ""))
         message = f"{kind}: {text}"
         return Judgement(Verdict.ERROR, run, ErrorDetail(kind, text), message)

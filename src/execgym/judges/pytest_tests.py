@@ -25,17 +25,9 @@ from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
 
-from execgym.judges.base import (
-    RUN_STATUS_VERDICT,
-    ErrorDetail,
-    Judgement,
-    Verdict,
-    never_started,
-    nonce_report,
-    tail_text,
-)
+from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.limits import Limits
-from execgym.sandbox.base import RunResult, Sandbox, Status
+from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import Task
 from execgym.toolchains import PYTHON_LIBRARIES_DIR, python_libraries
 
@@ -141,15 +133,7 @@ class PytestJudge:
 
 def interpret_pytest_run(run: RunResult, nonce: str) -> Judgement:
     """Turn a run of the pytest harness into a :class:`Judgement`."""
-    unstarted = never_started(run, "pytest harness")
-    if unstarted is not None:
-        return unstarted
-    if run.status in RUN_STATUS_VERDICT:
-        return Judgement(RUN_STATUS_VERDICT[run.status], run, message=run.message)
-    report = nonce_report(run.report, nonce)
-    if report is None or run.status is not Status.OK:
-        how = run.message or "exited with code 0"
-        message = f"the program ended before the tests finished ({how}); no test report"
-        error = ErrorDetail("NoReport", message, tail_text(run.stderr))
-        return Judgement(Verdict.ERROR, run, error, message)
+    report = harness_report(run, nonce, "pytest harness")
+    if isinstance(report, Judgement):
+        return report
     return summarize_tests(report, run)
