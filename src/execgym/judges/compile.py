@@ -23,7 +23,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from execgym.judges.base import START_MARKER, Judgement, Verdict, never_started
+from execgym.judges.base import START_MARKER, ErrorDetail, Judgement, Verdict, never_started
 from execgym.judges.languages import SPECS, LanguageSpec, Program
 from execgym.limits import GiB, Limits, MiB
 from execgym.sandbox._python import python_command
@@ -149,7 +149,8 @@ class Builder:
             return Judgement(Verdict.SANDBOX_ERROR, message=f"unusable compile output: {error}")
         if header["exit_code"] != 0:
             message = str(header.get("message", "")).strip() or "the compiler failed"
-            return Judgement(Verdict.COMPILE_ERROR, message=message)
+            error = ErrorDetail("CompileError", message[-2000:], message)
+            return Judgement(Verdict.COMPILE_ERROR, error=error, message=message)
         argv = tuple(spec.run(toolchain, name, source))
         return Program(spec.name, argv, files, spec.env)
 
