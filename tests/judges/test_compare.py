@@ -58,7 +58,10 @@ def test_compare(expected: str, actual: str, comparison: Comparison, matched: bo
 
 def test_reasons_say_where() -> None:
     assert compare_output("1 2 3", "1 2 4", TOKENS).reason == "token 3: expected '3', got '4'"
-    assert compare_output("1 2", "1 2 3", TOKENS).reason == "expected 2 tokens, got 3"
+    assert compare_output("1 2", "1 2 3", TOKENS).reason == (
+        "expected 2 tokens, got 3 (first extra: '3')"
+    )
+    assert compare_output("1 2", "1", TOKENS).reason.endswith("(first missing: '2')")
     assert "line 2" in compare_output("a\nb", "a\nc", LINES).reason
     assert "character 1" in compare_output("ab", "ac", EXACT).reason
     assert "missing" in compare_output("a\nb", "a\nc", UNORDERED).reason

@@ -5,11 +5,12 @@ Protocol: it writes ``START_MARKER`` to fd 3 first. stdin holds one line
 the test file names, one a line; fd 0 is then put on ``/dev/null``. It imports pytest
 from the given site-packages (with plugin autoloading off, so only pytest's own plugins
 load) before any file of the solution can be imported, remembers the functions that
-make and log test reports, runs the tests with a plugin that records every collection
-error and every test's outcome, and writes one report to fd 3: the nonce on a line,
-then a JSON object ``{"exit_code", "tests": [{"name", "outcome", "message"}],
-"collection_errors": [{"name", "message"}], "tampered"}``. ``tampered`` is true when
-the solution replaced pytest's report functions while it ran.
+make and log test reports and ``unittest.TestCase``'s assertions, runs the tests with a
+plugin that records every collection error and every test's outcome, and writes one
+report to fd 3: the nonce on a line, then a JSON object ``{"exit_code", "tests":
+[{"name", "outcome", "message"}], "collection_errors": [{"name", "message"}],
+"tampered"}``. ``tampered`` is true when
+the solution replaced one of them while it ran.
 """
 
 import contextlib
@@ -29,6 +30,8 @@ def main():
     test_files = [line for line in lines[1:] if line]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.path.append(libraries)
+    import unittest
+
     import _pytest.nodes
     import _pytest.reports
     import _pytest.runner
@@ -40,6 +43,11 @@ def main():
         (_pytest.runner, "pytest_runtest_makereport"),
         (_pytest.runner, "runtestprotocol"),
         (_pytest.nodes.Node, "ihook"),
+        *(
+            (unittest.TestCase, name)
+            for name in sorted(raw(unittest.TestCase))
+            if name.startswith(("assert", "fail", "_base"))
+        ),
     )
     originals = [raw(owner).get(name) for owner, name in watched]
     tests, errors = [], []

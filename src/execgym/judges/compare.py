@@ -94,7 +94,10 @@ def _compare_tokens(
                 False, f"{where}token {number}: expected {_show(want)}, got {_show(got)}"
             )
     if len(expected) != len(actual):
-        return Outcome(False, f"{where}expected {len(expected)} tokens, got {len(actual)}")
+        longer, what = (actual, "extra") if len(actual) > len(expected) else (expected, "missing")
+        first = _show(longer[min(len(expected), len(actual))])
+        counts = f"expected {len(expected)} tokens, got {len(actual)}"
+        return Outcome(False, f"{where}{counts} (first {what}: {first})")
     return MATCHED
 
 
