@@ -10,6 +10,8 @@ from execgym.judges.function_call import FunctionCallJudge
 from execgym.limits import Limits, MiB
 from execgym.tasks import Task
 from execgym.tasks.models import Comparison
+from execgym.toolchains import find_toolchain
+from tests.conftest import require
 
 FAST = Limits(wall_time_s=3, memory_bytes=256 * MiB)
 
@@ -128,3 +130,56 @@ async def test_float_tolerance_and_nan(bwrap_sandbox) -> None:
 )
 def test_values_match(expected, actual, matched: bool) -> None:
     assert values_match(expected, actual, Comparison()) is matched
+
+
+def js_task(fn_name: str, cases, **fields) -> Task:
+    return call_task(fn_name, cases, language="javascript", **fields)
+
+
+@pytest.mark.parametrize(
+    ("completion", "verdict"),
+    [
+        ("function add(a, b) { return a + b; }\n", Verdict.PASSED),
+        ("var add = function(a, b) { return a + b; };\n", Verdict.PASSED),
+        ("const add = (a, b) => a * b;\n", Verdict.FAILED),
+        ("function add(a, b) { return String(a + b); }\n", Verdict.FAILED),
+        ("function add(a, b) { throw new RangeError('no'); }\n", Verdict.ERROR),
+        ("function add(a, b) { return new Map(); }\n", Verdict.ERROR),  # not plain data
+        ("function add(a, b) { return {valueOf() { return 3; }}; }\n", Verdict.ERROR),
+        ("function plus(a, b) { return a + b; }\n", Verdict.ERROR),  # no entry point
+        ("function add(a, b) {\n", Verdict.ERROR),  # syntax error
+        ("function add(a, b) { while (true) {} }\n", Verdict.TIMEOUT),
+    ],
+)
+async def test_javascript_functions(bwrap_sandbox, completion: str, verdict: Verdict) -> None:
+    require(find_toolchain("javascript") is not None, "node")
+    task = js_task("add", [([1, 2], 3), ([2, 2], 4), ([0, 0], 0)])
+    judgement = await judge(bwrap_sandbox, completion, task, Limits(wall_time_s=2))
+    assert judgement.verdict is verdict, judgement.message
+
+
+async def test_javascript_class_solution_and_nested_results(bwrap_sandbox) -> None:
+    require(find_toolchain("javascript") is not None, "node")
+    task = js_task("pairs", [([[3, 1]], {"sorted": [1, 3], "n": 2})])
+    completion = (
+        "class Solution {\n  pairs(xs) {\n"
+        "    return {sorted: [...xs].sort((a, b) => a - b), n: xs.length};\n  }\n}\n"
+    )
+    judgement = await judge(bwrap_sandbox, completion, task)
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+async def test_javascript_cannot_reread_the_job_for_the_nonce(bwrap_sandbox) -> None:
+    require(find_toolchain("javascript") is not None, "node")
+    completion = (
+        "const fs = require('fs');\nlet job = '';\n"
+        "try { job = fs.readFileSync('/proc/self/fd/0', 'utf8'); } catch (e) { job = ''; }\n"
+        "const nonce = job.split(' ')[1];\n"
+        'if (nonce) { fs.writeSync(3, nonce + \'\\n{"status": "ok", "results": '
+        '[{"value": 3}, {"value": 4}, {"value": 0}]}\\n\'); process.exit(0); }\n'
+        "function add(a, b) { return 0; }\n"
+    )
+    judgement = await judge(
+        bwrap_sandbox, completion, js_task("add", [([1, 2], 3), ([2, 2], 4), ([0, 0], 0)])
+    )
+    assert judgement.verdict is not Verdict.PASSED

@@ -14,6 +14,7 @@ from execgym.judges.compile import Builder
 from execgym.judges.stdio import StdioJudge
 from execgym.limits import Limits, MiB
 from execgym.tasks import Task
+from execgym.testing import SUM_OF_TWO
 from execgym.toolchains import find_toolchain
 from tests.conftest import require
 
@@ -26,24 +27,7 @@ SUM = Task.model_validate(
     }
 )
 
-RIGHT = {
-    "c": '#include <stdio.h>\nint main(void){long a,b; scanf("%ld %ld",&a,&b); '
-    'printf("%ld\\n",a+b); return 0;}\n',
-    "cpp": "#include <iostream>\nint main(){long a,b; std::cin>>a>>b; std::cout<<a+b<<'\\n';}\n",
-    "java": "import java.util.*;\npublic class Solution {\n"
-    "  public static void main(String[] x) {\n    Scanner s = new Scanner(System.in);\n"
-    "    System.out.println(s.nextLong() + s.nextLong());\n  }\n}\n",
-    "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/)"
-    ".map(Number);\nconsole.log(a + b);\n",
-    "rust": "use std::io::Read;\nfn main() {\n    let mut s = String::new();\n"
-    "    std::io::stdin().read_to_string(&mut s).unwrap();\n"
-    "    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n"
-    '    println!("{}", v[0] + v[1]);\n}\n',
-    "bash": "read a b\necho $((a + b))\n",
-    "go": 'package main\n\nimport "fmt"\n\nfunc main() {\n\tvar a, b int\n\tfmt.Scan(&a, &b)\n'
-    "\tfmt.Println(a + b)\n}\n",
-    "python": "a, b = map(int, input().split())\nprint(a + b)\n",
-}
+RIGHT = SUM_OF_TWO
 WRONG = {
     "c": RIGHT["c"].replace("a+b", "a-b"),
     "cpp": RIGHT["cpp"].replace("a+b", "a*b"),

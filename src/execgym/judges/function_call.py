@@ -25,12 +25,13 @@ from execgym.judges.compare import values_match
 from execgym.limits import Limits
 from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import FunctionCase, Task
+from execgym.toolchains import find_toolchain, missing_hint
 
 _SHOWN = 200
 
 
-def _runner_source() -> bytes:
-    return resources.files("execgym.judges").joinpath("_call_runner.py").read_bytes()
+def _runner_source(name: str = "_call_runner.py") -> bytes:
+    return resources.files("execgym.judges").joinpath(name).read_bytes()
 
 
 def encode_call_job(nonce: str, task: Task, program: str) -> bytes:
@@ -88,12 +89,18 @@ def interpret_call_run(task: Task, run: RunResult, nonce: str) -> Judgement:
 
 
 class FunctionCallJudge:
-    """Judge ``function_call`` tasks in Python; see the module docstring."""
+    """Judge ``function_call`` tasks in Python and JavaScript; see the module docstring.
+
+    JavaScript runs ``prompt + completion`` under node with the same protocol
+    (:file:`_call_runner.js`); its per-case time limit is not enforced call by call
+    (node cannot interrupt a synchronous call), only the run's, which it sets.
+    """
 
     name = "function_call"
 
     def __init__(self) -> None:
         self._runner = _runner_source()
+        self._node_runner = _runner_source("_call_runner.js")
 
     async def judge(
         self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
@@ -103,10 +110,23 @@ class FunctionCallJudge:
             total = task.case_time_limit_s * len(task.test_cases) + 2.0
             limits = limits.merged(wall_time_s=total, cpu_time_s=total)
         nonce = secrets.token_hex(16)
-        run = await sandbox.run_python(
-            self._runner,
-            stdin=encode_call_job(nonce, task, build_program(task, completion)),
-            limits=limits,
-            want_report=True,
-        )
+        if task.language == "javascript":
+            node = find_toolchain("javascript")
+            if node is None or node.runner is None:
+                message = f"no javascript toolchain on this host ({missing_hint('javascript')})"
+                return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
+            run = await sandbox.run(
+                [node.runner, "execgym_call.js"],
+                stdin=encode_call_job(nonce, task, task.prompt + completion),
+                files={"execgym_call.js": self._node_runner},
+                limits=limits,
+                want_report=True,
+            )
+        else:
+            run = await sandbox.run_python(
+                self._runner,
+                stdin=encode_call_job(nonce, task, build_program(task, completion)),
+                limits=limits,
+                want_report=True,
+            )
         return interpret_call_run(task, run, nonce)

@@ -290,8 +290,8 @@ def _check_stdio(task: Task) -> str:
 def _check_function_call(task: Task) -> str:
     if not task.fn_name:
         return "needs `fn_name`, the function to call"
-    if task.language != "python":
-        return f"is judged in python, not {task.language} (use a stdio task)"
+    if task.language not in ("python", "javascript"):
+        return f"is judged in python or javascript, not {task.language} (use a stdio task)"
     if not task.test_cases:
         return "needs `test_cases`: a list of {args, kwargs, expected}"
     if not all(isinstance(case, FunctionCase) for case in task.test_cases):
