@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from execgym.judges.languages import KNOWN_GOOD
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox.base import RunResult, Status
 
@@ -102,22 +103,5 @@ class FakeSandbox:
         )
 
 
-SUM_OF_TWO: dict[str, str] = {
-    "c": '#include <stdio.h>\nint main(void){long a,b; scanf("%ld %ld",&a,&b); '
-    'printf("%ld\\n",a+b); return 0;}\n',
-    "cpp": "#include <iostream>\nint main(){long a,b; std::cin>>a>>b; std::cout<<a+b<<'\\n';}\n",
-    "java": "import java.util.*;\npublic class Solution {\n"
-    "  public static void main(String[] x) {\n    Scanner s = new Scanner(System.in);\n"
-    "    System.out.println(s.nextLong() + s.nextLong());\n  }\n}\n",
-    "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/)"
-    ".map(Number);\nconsole.log(a + b);\n",
-    "rust": "use std::io::Read;\nfn main() {\n    let mut s = String::new();\n"
-    "    std::io::stdin().read_to_string(&mut s).unwrap();\n"
-    "    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n"
-    '    println!("{}", v[0] + v[1]);\n}\n',
-    "bash": "read a b\necho $((a + b))\n",
-    "go": 'package main\n\nimport "fmt"\n\nfunc main() {\n\tvar a, b int\n\tfmt.Scan(&a, &b)\n'
-    "\tfmt.Println(a + b)\n}\n",
-    "python": "a, b = map(int, input().split())\nprint(a + b)\n",
-}
+SUM_OF_TWO = KNOWN_GOOD
 """A program per language that reads two integers and prints their sum (known good)."""

@@ -6,6 +6,8 @@ compile. A toolchain missing here is a skip locally and a failure in CI.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from execgym.judges import Verdict
@@ -13,6 +15,8 @@ from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.compile import Builder
 from execgym.judges.stdio import StdioJudge
 from execgym.limits import Limits, MiB
+from execgym.sandbox import BubblewrapSandbox
+from execgym.sandbox.bwrap import interpreter_paths
 from execgym.tasks import Task
 from execgym.testing import SUM_OF_TWO
 from execgym.toolchains import find_toolchain
@@ -83,11 +87,12 @@ async def test_compile_errors_carry_the_compilers_message(
 async def test_the_compile_cache_compiles_a_source_once(bwrap_sandbox, tmp_path) -> None:
     needs("c")
     builder = Builder(tmp_path)
+    source = RIGHT["c"] + "/* a rollout */\n"  # not the probe's own source
     for _ in range(3):
-        assert (await stdio(bwrap_sandbox, builder, "c", RIGHT["c"])).verdict is Verdict.PASSED
+        assert (await stdio(bwrap_sandbox, builder, "c", source)).verdict is Verdict.PASSED
     assert (builder.compiles, builder.cache_hits) == (1, 2)
     fresh = Builder(tmp_path)  # the cache is on disk: a new process reuses it too
-    assert (await stdio(bwrap_sandbox, fresh, "c", RIGHT["c"])).verdict is Verdict.PASSED
+    assert (await stdio(bwrap_sandbox, fresh, "c", source)).verdict is Verdict.PASSED
     assert fresh.compiles == 0
     again = await stdio(bwrap_sandbox, fresh, "c", BROKEN["c"])
     assert again.verdict is Verdict.COMPILE_ERROR
@@ -165,3 +170,20 @@ async def test_assert_tasks_in_other_languages(bwrap_sandbox, builder, language:
     assert passed.verdict is Verdict.PASSED, passed.message
     failed = await judge.judge(task, wrong, bwrap_sandbox, LIMITS)
     assert failed.verdict is Verdict.FAILED, failed.message
+
+
+async def test_a_toolchain_broken_inside_the_sandbox_is_masked_not_blamed(tmp_path) -> None:
+    """Without its host directories bound, rustc cannot run in the sandbox: the probe
+    finds out, and the rollout is ``language_unavailable`` rather than ``compile_error``."""
+    needs("rust")
+    require(shutil.which("bwrap") is not None, "bubblewrap")
+    bare = BubblewrapSandbox(read_only_paths=interpreter_paths())
+    builder = Builder(tmp_path)
+    judgement = await stdio(bare, builder, "rust", RIGHT["rust"])
+    assert judgement.verdict is Verdict.LANGUAGE_UNAVAILABLE
+    assert judgement.verdict.is_masked
+    assert "does not work in the bwrap sandbox" in judgement.message
+    assert builder.compiles == 0
+    assert (
+        await stdio(bare, builder, "rust", RIGHT["rust"])
+    ).verdict is Verdict.LANGUAGE_UNAVAILABLE

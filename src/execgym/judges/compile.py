@@ -23,8 +23,15 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from execgym.judges.base import START_MARKER, ErrorDetail, Judgement, Verdict, never_started
-from execgym.judges.languages import SPECS, LanguageSpec, Program
+from execgym.judges.base import (
+    START_MARKER,
+    ErrorDetail,
+    Judgement,
+    Verdict,
+    never_started,
+    tail_text,
+)
+from execgym.judges.languages import KNOWN_GOOD, SPECS, LanguageSpec, Program
 from execgym.limits import GiB, Limits, MiB
 from execgym.sandbox._python import python_command
 from execgym.sandbox.base import Sandbox, Status
@@ -41,6 +48,9 @@ COMPILE_LIMITS = Limits(
     max_open_files=1024,
 )
 """Limits of one compile step (rustc and javac need far more than a run)."""
+
+PROBE_RUN_LIMITS = Limits(wall_time_s=20.0, cpu_time_s=20.0, memory_bytes=1 * GiB)
+"""Limits of the run of a language's known-good probe."""
 
 
 def compile_limits_for(run_limits: Limits) -> Limits:
@@ -94,8 +104,15 @@ class Builder:
         cache_dir: Where compiled outputs are kept; :func:`default_cache_dir` by default.
         use_cache: ``False`` compiles every time (for benchmarks).
 
+    Before a language's first build, the Builder compiles and runs its known-good probe
+    (:data:`~execgym.judges.languages.KNOWN_GOOD`) in the same sandbox; a toolchain that
+    fails there (a compiler that cannot find its libraries inside the sandbox, a JVM
+    without its configuration) makes that language ``language_unavailable`` (masked)
+    with the probe's reason, instead of blaming every rollout with a ``compile_error``.
+    A probe that times out decides nothing and is tried again on the next build.
+
     Attributes:
-        compiles: Compile steps actually run (not served from the cache).
+        compiles: Compile steps actually run for rollouts (not served from the cache).
         cache_hits: Builds served from the cache.
     """
 
@@ -106,6 +123,7 @@ class Builder:
         self.cache_hits = 0
         self._driver = _driver_source()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._probed: dict[str, str] = {}  # language -> "" (works) or why it does not
 
     async def build(
         self, language: str, source: str, sandbox: Sandbox, limits: Limits = COMPILE_LIMITS
@@ -117,6 +135,44 @@ class Builder:
                 Verdict.LANGUAGE_UNAVAILABLE,
                 message=f"no {language} toolchain on this host ({missing_hint(language)})",
             )
+        problem = await self._probe(language, toolchain, sandbox)
+        if problem:
+            message = f"the {language} toolchain does not work in the {sandbox.name} sandbox"
+            return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=f"{message}: {problem}")
+        return await self._build(language, toolchain, source, sandbox, limits)
+
+    async def _probe(self, language: str, toolchain: Toolchain, sandbox: Sandbox) -> str:
+        if language == "python" or language in self._probed:
+            return self._probed.get(language, "")  # Python: the scorer's self-test
+        async with self._locks.setdefault(f"probe:{language}", asyncio.Lock()):
+            if language in self._probed:
+                return self._probed[language]
+            counts = (self.compiles, self.cache_hits)
+            built = await self._build(language, toolchain, KNOWN_GOOD[language], sandbox)
+            self.compiles, self.cache_hits = counts  # probes are not rollouts' builds
+            if isinstance(built, Judgement):
+                if built.verdict is not Verdict.COMPILE_ERROR or "ran out of" in built.message:
+                    return ""  # our failure or the load: decides nothing, try next time
+                self._probed[language] = f"a known-good program does not compile: {built.message}"
+                return self._probed[language]
+            run = await built.run(sandbox, stdin=b"1 2\n", limits=PROBE_RUN_LIMITS)
+            if run.status is Status.TIME_LIMIT or run.status is Status.SANDBOX_ERROR:
+                return ""
+            if run.status is Status.OK and run.stdout.split() == [b"3"]:
+                self._probed[language] = ""
+            else:
+                said = tail_text(run.stderr or run.stdout, 500).strip()
+                self._probed[language] = f"a known-good program fails ({run.message}): {said}"
+            return self._probed[language]
+
+    async def _build(
+        self,
+        language: str,
+        toolchain: Toolchain,
+        source: str,
+        sandbox: Sandbox,
+        limits: Limits = COMPILE_LIMITS,
+    ) -> Program | Judgement:
         spec = SPECS[language]
         name = spec.source_name(source)
         code = source.encode("utf-8", "surrogatepass")
