@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from execgym.judges import Verdict
 from execgym.judges.pytest_tests import PytestJudge
 from execgym.limits import Limits, MiB
-from execgym.sandbox import WarmPoolSandbox
+from execgym.sandbox import BubblewrapSandbox, WarmPoolSandbox
+from execgym.sandbox.bwrap import interpreter_paths
 from execgym.tasks import Task
+from tests.conftest import require
 
 LIMITS = Limits(wall_time_s=10, memory_bytes=512 * MiB)
 TESTS = """\
@@ -140,3 +144,12 @@ async def test_runs_in_the_warm_pool() -> None:
     async with WarmPoolSandbox() as pool:
         judgement = await judge(pool, "def add(a, b):\n    return a + b\n")
     assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+async def test_pytest_missing_inside_the_sandbox_is_our_fault() -> None:
+    """A sandbox that does not see site-packages cannot run pytest: masked, not an error."""
+    require(shutil.which("bwrap") is not None, "bubblewrap")
+    bare = BubblewrapSandbox(read_only_paths=interpreter_paths())
+    judgement = await judge(bare, "def add(a, b):\n    return a + b\n")
+    assert judgement.verdict is Verdict.SANDBOX_ERROR
+    assert "cannot import pytest" in judgement.message

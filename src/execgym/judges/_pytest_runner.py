@@ -10,7 +10,8 @@ plugin that records every collection error and every test's outcome, and writes 
 report to fd 3: the nonce on a line, then a JSON object ``{"exit_code", "tests":
 [{"name", "outcome", "message"}], "collection_errors": [{"name", "message"}],
 "tampered"}``. ``tampered`` is true when
-the solution replaced one of them while it ran.
+the solution replaced one of them while it ran. If pytest cannot be imported (before
+any solution code exists), the report is ``{"harness_error": ...}`` instead.
 """
 
 import contextlib
@@ -30,12 +31,17 @@ def main():
     test_files = [line for line in lines[1:] if line]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.path.append(libraries)
-    import unittest
+    try:
+        import unittest
 
-    import _pytest.nodes
-    import _pytest.reports
-    import _pytest.runner
-    import pytest
+        import _pytest.nodes
+        import _pytest.reports
+        import _pytest.runner
+        import pytest
+    except BaseException as error:  # before any solution code: our failure, not the model's
+        body = '{"harness_error": "cannot import pytest: ' + type(error).__name__ + '"}'
+        write(3, nonce.encode("ascii") + b"\n" + body.encode("ascii") + b"\n")
+        exit_now(0)
 
     watched = (
         (_pytest.reports.TestReport, "from_item_and_call"),

@@ -136,4 +136,7 @@ def interpret_pytest_run(run: RunResult, nonce: str) -> Judgement:
     report = harness_report(run, nonce, "pytest harness")
     if isinstance(report, Judgement):
         return report
+    if "harness_error" in report:
+        message = f"pytest is not usable inside the sandbox: {report['harness_error']}"
+        return Judgement(Verdict.SANDBOX_ERROR, run, message=message)
     return summarize_tests(report, run)
