@@ -248,7 +248,6 @@ def test_a_sandbox_that_cannot_start_the_harness_stops_before_scoring(
     bwrap_sandbox, monkeypatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr("execgym.sandbox.bwrap.interpreter_paths", lambda: ["/nonexistent-path"])
-    monkeypatch.setattr("execgym.sandbox.pool.interpreter_paths", lambda: ["/nonexistent-path"])
     out = tmp_path / "r.jsonl"
     code, _, stderr = run(
         "score", "--dataset", "humaneval", "--solutions", "canonical", "-o", str(out)

@@ -8,25 +8,20 @@ where that makes sense; isolation cases only on bubblewrap. Known bugs are
 ``xfail(strict=True)`` with the exact wrong value in the reason, so a fix turns them red
 until the marker is removed.
 
+BC-01, 03, 04(a), 06, 07 (as verdicts), 31, 33 (pytest), 35, 36 (partial credit), 38 and
+43 are in ``tests/judges/test_field_cases_judges.py`` (the stdio, function-call and pytest
+judges).
+
 Not yet covered (needs issue #4/#5/#7):
-- BC-01 float tolerance: needs a stdin/stdout judge with a per-task numeric tolerance.
-- BC-03 trailing whitespace: needs a stdin/stdout judge with a default and a strict comparator.
-- BC-04(a) the ``WA`` part: needs a stdout judge (the harness staying up is tested here).
-- BC-06 ``sys.stdin.buffer`` / ``sys.stdout.buffer``: needs a stdin/stdout judge.
-- BC-07 first case as a verdict (``AC``): needs a stdin judge (tested at sandbox level here).
 - BC-14 CPU limits derived from the reference solution: not implemented (load test here).
 - BC-20 1,024 samples at 64 workers: a benchmark, not a unit test (a small batch is here).
 - BC-21 stuck queue, BC-22 dead sandbox mid-run, BC-24 port exhaustion: need the broker,
   workers and a remote sandbox.
 - BC-25 at 200 runs with a stdin judge: needs a stdin/stdout judge (a batch check is here).
-- BC-31 ``__eq__`` always True: needs a call-based judge comparing serialized outputs.
-- BC-35 monkeypatching unittest/pytest: needs unittest/pytest-style test suites.
 - BC-36 hard-coded visible tests, writing the judge's results file: needs hidden tests
   kept out of the sandbox and partial credit.
-- BC-38 swallowed exception with an empty expected output: needs a call-based judge.
 - BC-39 empty solution scores full marks: needs dataset validation (null-solution run).
 - BC-40 gold solutions failing in the harness: needs dataset validation (reference runs).
-- BC-43 ``class Solution`` entry points: needs class-based entry-point lookup.
 - BC-44 broken or over-specified tests: needs dataset validation and test quarantine.
 """
 

@@ -23,7 +23,17 @@ from execgym.errors import (
     TaskError,
     TaskNotFound,
 )
-from execgym.judges import AssertJudge, ErrorDetail, Judgement, Verdict
+from execgym.judges import (
+    AssertJudge,
+    Builder,
+    ErrorDetail,
+    FunctionCallJudge,
+    Judgement,
+    NativeAssertJudge,
+    PytestJudge,
+    StdioJudge,
+    Verdict,
+)
 from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
 from execgym.reward import binary_reward
 from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
@@ -39,16 +49,21 @@ from execgym.tasks import (
     load_rollouts,
     load_tasks,
 )
+from execgym.tasks.extract import extract_code
 
 __all__ = [
     "DEFAULT_LIMITS",
     "AssertJudge",
+    "Builder",
     "ConfigError",
     "Error",
     "ErrorDetail",
+    "FunctionCallJudge",
     "Judgement",
     "Limits",
     "LineProblem",
+    "NativeAssertJudge",
+    "PytestJudge",
     "Rollout",
     "RolloutLine",
     "RunResult",
@@ -59,6 +74,7 @@ __all__ = [
     "ScoredRollout",
     "Scorer",
     "Status",
+    "StdioJudge",
     "Summary",
     "Task",
     "TaskError",
@@ -68,6 +84,7 @@ __all__ = [
     "binary_reward",
     "canonical_rollouts",
     "create_sandbox",
+    "extract_code",
     "load_dataset",
     "load_rollouts",
     "load_tasks",

@@ -69,7 +69,8 @@ def _load_inputs(
         if not tasks:
             raise TaskError(
                 f"no valid tasks in {tasks_path} ({len(problems)} line(s) skipped, see the "
-                "warnings above); each line needs task_id, prompt, tests and entry_point "
+                "warnings above); each line needs task_id and what its kind needs (assert: "
+                "prompt, tests and entry_point; see schemas/task.schema.json) "
                 "(did you swap TASKS and ROLLOUTS?)"
             )
     if solutions == "canonical":

@@ -16,13 +16,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from execgym.errors import Error, SandboxSetupFailed
+from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.judges.compile import Builder
+from execgym.judges.function_call import FunctionCallJudge
+from execgym.judges.pytest_tests import PytestJudge
+from execgym.judges.stdio import StdioJudge
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.reward import binary_reward
 from execgym.sandbox.base import Sandbox
+from execgym.tasks.extract import extract_code
 from execgym.tasks.loaders import LineProblem, RolloutLine
-from execgym.tasks.models import Task
+from execgym.tasks.models import Rollout, Task
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +93,7 @@ class ScoredRollout:
             "isolation": self.isolation,
             "enforcement": dict(run.enforcement) if run else {},
             "attempts": self.attempts,
+            "details": dict(self.judgement.details) if self.judgement else {},
         }
 
 
@@ -119,6 +126,14 @@ class Scorer:
         limits: Limits for every run, overridden per task by ``Task.limits``.
         skipped_tasks: ``{task_id: why}`` for tasks left out of ``tasks`` because they
             were invalid, so their rollouts are told why rather than "unknown task".
+        builder: Compiles sources, with its cache (default: :func:`Builder` on the
+            default cache directory).
+
+    Each task goes to the judge of its ``kind`` (``assert`` in Python:
+    :class:`AssertJudge`; in other languages :class:`NativeAssertJudge`; ``stdio``:
+    :class:`StdioJudge`; ``function_call``: :class:`FunctionCallJudge`; ``pytest``:
+    :class:`PytestJudge`). A completion holding markdown fences is reduced to its code
+    first by :func:`~execgym.tasks.extract.extract_code`.
     """
 
     def __init__(
@@ -127,12 +142,31 @@ class Scorer:
         sandbox: Sandbox,
         limits: Limits = DEFAULT_LIMITS,
         skipped_tasks: Mapping[str, str] | None = None,
+        builder: Builder | None = None,
     ) -> None:
         self.tasks = tasks
         self.skipped_tasks = dict(skipped_tasks or {})
         self.sandbox = sandbox
         self.limits = limits
+        self.builder = builder or Builder()
         self.judge = AssertJudge()
+        self._native = NativeAssertJudge(self.builder)
+        self._stdio = StdioJudge(self.builder)
+        self._call = FunctionCallJudge()
+        self._pytest = PytestJudge()
+
+    async def judge_rollout(self, task: Task, rollout: Rollout, limits: Limits) -> Judgement:
+        """Judge one rollout of ``task`` with the judge of the task's kind."""
+        completion = extract_code(rollout.completion, task.language)
+        if task.kind == "stdio":
+            return await self._stdio.judge(task, completion, self.sandbox, limits)
+        if task.kind == "function_call":
+            return await self._call.judge(task, completion, self.sandbox, limits)
+        if task.kind == "pytest":
+            return await self._pytest.judge(task, completion, self.sandbox, limits, rollout.files)
+        if task.language != "python":
+            return await self._native.judge(task, completion, self.sandbox, limits)
+        return await self.judge.judge(task, completion, self.sandbox, limits)
 
     async def self_test(self) -> None:
         """Score a known-good rollout once, so a broken sandbox stops a batch at once.
@@ -179,7 +213,7 @@ class Scorer:
         for attempt in range(1, SANDBOX_ATTEMPTS + 1):
             try:
                 limits = task.limits_over(self.limits)
-                judgement = await self.judge.judge(task, rollout.completion, self.sandbox, limits)
+                judgement = await self.judge_rollout(task, rollout, limits)
             except Error as error:
                 return _invalid(item.index, task.task_id, rollout_id, str(error), isolation)
             except Exception as error:  # our bug: never the model's fault, never a 0

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from execgym.judges.languages import KNOWN_GOOD
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox.base import RunResult, Status
 
@@ -100,3 +101,7 @@ class FakeSandbox:
             env=env,
             want_report=want_report,
         )
+
+
+SUM_OF_TWO = KNOWN_GOOD
+"""A program per language that reads two integers and prints their sum (known good)."""

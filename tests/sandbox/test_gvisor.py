@@ -39,7 +39,13 @@ async def test_runs_unprivileged_on_its_own_kernel_in_a_minimal_root(gvisor_sand
         "tmp",
         "usr",
         "work",
+        "etc",  # only toolchain configuration (Java's /etc/java-*), checked below
+        "opt",  # /opt/execgym/site-packages, for the pytest judge
     }
+    listing = "import json, os; print(json.dumps(os.listdir('/etc')))"
+    result = await gvisor_sandbox.run(python(listing))
+    if result.status is Status.OK:
+        assert all(name.startswith("java-") for name in json.loads(result.stdout))
 
 
 async def test_program_has_no_capabilities_and_no_new_privs(gvisor_sandbox) -> None:

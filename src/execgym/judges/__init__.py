@@ -1,8 +1,34 @@
-"""Judges run a rollout's code against a task's tests and return a verdict."""
+"""Judges run a rollout's code against a task's tests and return a verdict.
+
+One judge per test kind: :class:`AssertJudge` (Python assert tests),
+:class:`NativeAssertJudge` (assert tests in other languages), :class:`StdioJudge`,
+:class:`FunctionCallJudge` and :class:`PytestJudge`. :class:`Builder` compiles sources
+(with its cache) for those that need it.
+"""
 
 from __future__ import annotations
 
+from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.judges.compare import compare_output, values_match
+from execgym.judges.compile import Builder
+from execgym.judges.function_call import FunctionCallJudge
+from execgym.judges.languages import Program
+from execgym.judges.pytest_tests import PytestJudge
+from execgym.judges.stdio import StdioJudge
 
-__all__ = ["AssertJudge", "ErrorDetail", "Judgement", "Verdict"]
+__all__ = [
+    "AssertJudge",
+    "Builder",
+    "ErrorDetail",
+    "FunctionCallJudge",
+    "Judgement",
+    "NativeAssertJudge",
+    "Program",
+    "PytestJudge",
+    "StdioJudge",
+    "Verdict",
+    "compare_output",
+    "values_match",
+]

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from importlib import resources
 
-from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.judges.base import (
+    RUN_STATUS_VERDICT,
+    START_MARKER,  # noqa: F401 - re-exported (tests, users)
+    ErrorDetail,
+    Judgement,
+    Verdict,
+    never_started,
+    nonce_report,
+    tail_text,
+)
 from execgym.limits import Limits
 from execgym.sandbox._python import python_command  # noqa: F401 - re-exported for users
 from execgym.sandbox.base import RunResult, Sandbox, Status
 from execgym.tasks.models import Task
 
-START_MARKER = b"EXECGYM-START\n"
-"""What the harness writes first on its report channel (kept equal to the runner's)."""
-
-_RUN_STATUS_VERDICT = {
-    Status.TIME_LIMIT: Verdict.TIMEOUT,
-    Status.MEMORY_LIMIT: Verdict.MEMORY_EXCEEDED,
-    Status.OUTPUT_LIMIT: Verdict.OUTPUT_EXCEEDED,
-    Status.SANDBOX_ERROR: Verdict.SANDBOX_ERROR,
-}
+_RUN_STATUS_VERDICT = RUN_STATUS_VERDICT
 _REPORTED = {
     v.value: v for v in (Verdict.PASSED, Verdict.FAILED, Verdict.ERROR, Verdict.MEMORY_EXCEEDED)
 }
@@ -75,22 +75,14 @@ def encode_job(nonce: str, entry_point: str, program: str, tests: str) -> bytes:
 
 def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
     """Return the harness's report if it carries our nonce, else ``None``."""
-    tag = nonce.encode("ascii") + b"\n"
-    start = report.rfind(tag)
-    if start < 0:
-        return None
-    line = report[start + len(tag) :].split(b"\n", 1)[0]
-    try:
-        payload = json.loads(line.decode("utf-8", errors="replace"))
-    except ValueError:
-        return None
-    if not isinstance(payload, dict) or payload.get("verdict") not in _REPORTED:
+    payload = nonce_report(report, nonce)
+    if payload is None or payload.get("verdict") not in _REPORTED:
         return None
     return payload
 
 
 def _tail(data: bytes, limit: int = 2000) -> str:
-    return data[-limit:].decode("utf-8", errors="replace")
+    return tail_text(data, limit)
 
 
 def interpret_run(run: RunResult, nonce: str) -> Judgement:
@@ -104,13 +96,9 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
     the harness's nonce-tagged report, and a run without one is an ``error``, never a
     pass (for example ``sys.exit(0)`` before the asserts).
     """
-    if run.status is not Status.SANDBOX_ERROR and not run.report.startswith(START_MARKER):
-        stderr = _tail(run.stderr).strip()
-        message = (
-            f"the sandbox never started the test harness ({run.message or run.status.value})"
-            + (f": {stderr}" if stderr else "")
-        )
-        return Judgement(Verdict.SANDBOX_ERROR, run, message=message)
+    unstarted = never_started(run, "test harness")
+    if unstarted is not None:
+        return unstarted
     if run.status in _RUN_STATUS_VERDICT:
         return Judgement(_RUN_STATUS_VERDICT[run.status], run, message=run.message)
     payload = _parse_report(run.report, nonce)
@@ -153,7 +141,9 @@ class AssertJudge:
         nonce = secrets.token_hex(16)
         run = await sandbox.run_python(
             self._runner,
-            stdin=encode_job(nonce, task.entry_point, build_program(task, completion), task.tests),
+            stdin=encode_job(
+                nonce, task.entry_point or "", build_program(task, completion), task.tests or ""
+            ),
             limits=limits,
             want_report=True,
         )

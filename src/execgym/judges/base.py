@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from execgym.sandbox.base import RunResult
+from execgym.sandbox.base import RunResult, Status
 
 
 class Verdict(enum.Enum):
     """The outcome of one rollout.
 
-    ``SANDBOX_ERROR`` and ``INVALID`` are not the model's fault: their reward is
-    ``None`` (masked), never 0.
+    ``SANDBOX_ERROR``, ``INVALID`` and ``LANGUAGE_UNAVAILABLE`` are not the model's
+    fault: their reward is ``None`` (masked), never 0. ``COMPILE_ERROR`` is: 0.
     """
 
     PASSED = "passed"  # every test passed
@@ -24,11 +25,22 @@ class Verdict(enum.Enum):
     OUTPUT_EXCEEDED = "output_exceeded"  # wrote more than max_output_bytes
     SANDBOX_ERROR = "sandbox_error"  # we failed to run it; retried once, then masked
     INVALID = "invalid"  # the input was unusable (unknown task, malformed line)
+    COMPILE_ERROR = "compile_error"  # the source did not compile (compiler's message kept)
+    LANGUAGE_UNAVAILABLE = "language_unavailable"  # no toolchain for it here; masked
 
     @property
     def is_masked(self) -> bool:
         """Whether this verdict carries no reward (our fault or bad input)."""
-        return self in (Verdict.SANDBOX_ERROR, Verdict.INVALID)
+        return self in (Verdict.SANDBOX_ERROR, Verdict.INVALID, Verdict.LANGUAGE_UNAVAILABLE)
+
+
+RUN_STATUS_VERDICT = {
+    Status.TIME_LIMIT: Verdict.TIMEOUT,
+    Status.MEMORY_LIMIT: Verdict.MEMORY_EXCEEDED,
+    Status.OUTPUT_LIMIT: Verdict.OUTPUT_EXCEEDED,
+    Status.SANDBOX_ERROR: Verdict.SANDBOX_ERROR,
+}
+"""The verdict a run's :class:`Status` decides by itself (limits, sandbox failures)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +69,64 @@ class Judgement:
     error: ErrorDetail | None = None
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def tail_text(data: bytes, limit: int = 2000) -> str:
+    """The last ``limit`` bytes of ``data`` as text (undecodable bytes replaced)."""
+    return data[-limit:].decode("utf-8", errors="replace")
+
+
+START_MARKER = b"EXECGYM-START\n"
+"""What every harness writes first on its report channel, before any untrusted code."""
+
+
+def never_started(run: RunResult, what: str) -> Judgement | None:
+    """A ``sandbox_error`` if ``run``'s report channel lacks the start marker, else ``None``.
+
+    Such a run never reached our harness (bwrap, setpriv or the interpreter failed, or
+    the host was too slow to start it within the limits); no solution can cause it, as
+    the marker precedes its code.
+    """
+    if run.status is Status.SANDBOX_ERROR or run.report.startswith(START_MARKER):
+        return None
+    stderr = tail_text(run.stderr).strip()
+    message = f"the sandbox never started the {what} ({run.message or run.status.value})"
+    return Judgement(
+        Verdict.SANDBOX_ERROR, run, message=message + (f": {stderr}" if stderr else "")
+    )
+
+
+def nonce_report(report: bytes, nonce: str) -> dict[str, Any] | None:
+    """The JSON object a harness wrote after the last ``nonce`` line, else ``None``."""
+    tag = nonce.encode("ascii") + b"\n"
+    start = report.rfind(tag)
+    if start < 0:
+        return None
+    line = report[start + len(tag) :].split(b"\n", 1)[0]
+    try:
+        payload = json.loads(line.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def harness_report(run: RunResult, nonce: str, what: str) -> Judgement | dict[str, Any]:
+    """The report of a harness run, or the judgement the run earns without one.
+
+    A run that never reached the harness is a ``sandbox_error``; one ended by a limit
+    gets that limit's verdict; one without a nonce-tagged report (the program exited or
+    crashed before the harness finished) is an ``error``, never a pass.
+    """
+    unstarted = never_started(run, what)
+    if unstarted is not None:
+        return unstarted
+    if run.status in RUN_STATUS_VERDICT:
+        return Judgement(RUN_STATUS_VERDICT[run.status], run, message=run.message)
+    report = nonce_report(run.report, nonce)
+    if report is None or run.status is not Status.OK:
+        how = run.message or "exited with code 0"
+        message = f"the program ended before the {what} finished ({how}); no report"
+        return Judgement(
+            Verdict.ERROR, run, ErrorDetail("NoReport", message, tail_text(run.stderr)), message
+        )
+    return report

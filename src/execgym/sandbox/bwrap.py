@@ -55,8 +55,22 @@ def system_binds() -> list[str]:
     return args
 
 
-def read_only_binds(paths: Sequence[str]) -> list[str]:
-    """Bind each host directory read-only at the same path.
+ReadOnlyPath = str | tuple[str, str]
+"""A host directory bound read-only at the same path, or ``(host, path inside)``."""
+
+
+def resolve_paths(paths: Sequence[ReadOnlyPath]) -> list[tuple[str, str]]:
+    """``(real host path, path inside the sandbox)`` for each of ``paths``."""
+    pairs = []
+    for path in paths:
+        host, inside = (path, path) if isinstance(path, str) else path
+        real = os.path.realpath(host)
+        pairs.append((real, real if isinstance(path, str) else inside))
+    return pairs
+
+
+def read_only_binds(paths: Sequence[tuple[str, str]]) -> list[str]:
+    """Bind each ``(host, inside)`` directory read-only.
 
     The directories above it are created world-traversable (0755) first: bwrap would
     otherwise copy, say, ``/root``'s 0700 and the unprivileged program could not reach
@@ -64,12 +78,12 @@ def read_only_binds(paths: Sequence[str]) -> list[str]:
     """
     args: list[str] = []
     made: set[str] = set()
-    for path in paths:
-        for parent in reversed(Path(path).parents[:-1]):
+    for host, inside in paths:
+        for parent in reversed(Path(inside).parents[:-1]):
             if str(parent) not in made:
                 made.add(str(parent))
                 args += ["--perms", "0755", "--dir", str(parent)]
-        args += ["--ro-bind", path, path]
+        args += ["--ro-bind", host, inside]
     return args
 
 
@@ -79,12 +93,32 @@ def interpreter_paths() -> list[str]:
     return sorted(p for p in prefixes if not p.startswith("/usr/") and p != "/usr")
 
 
+def default_read_only_paths() -> list[ReadOnlyPath]:
+    """What every sandbox sees read-only besides ``/usr``.
+
+    The interpreter's prefix, the toolchains found outside ``/usr`` (see
+    :mod:`execgym.toolchains`) at their own paths, and the host environment's
+    site-packages (for pytest) at :data:`execgym.toolchains.PYTHON_LIBRARIES_DIR`.
+
+    Python runs with ``-S``, so site-packages is on no program's path unless a harness
+    (the pytest judge's) puts it there.
+    """
+    from execgym import toolchains
+
+    paths: list[ReadOnlyPath] = [*interpreter_paths(), *toolchains.toolchain_paths()]
+    libraries = toolchains.python_libraries()
+    if libraries is not None:
+        paths.append(libraries)
+    return paths
+
+
 class BubblewrapSandbox:
     """Run each program in fresh namespaces with bubblewrap; see the module docstring.
 
     Args:
-        read_only_paths: Host directories to expose read-only at the same path, in
-            addition to ``/usr``; by default the current interpreter's prefix.
+        read_only_paths: Host directories to expose read-only (at the same path, or
+            as ``(host, path inside)``), in addition to ``/usr``; by default
+            :func:`default_read_only_paths`.
         bwrap_path: The ``bwrap`` binary; found on PATH by default.
 
     Raises:
@@ -95,7 +129,10 @@ class BubblewrapSandbox:
     name = "bwrap"
 
     def __init__(
-        self, *, read_only_paths: Sequence[str] | None = None, bwrap_path: str | None = None
+        self,
+        *,
+        read_only_paths: Sequence[ReadOnlyPath] | None = None,
+        bwrap_path: str | None = None,
     ) -> None:
         found = bwrap_path or shutil.which("bwrap")
         if found is None:
@@ -116,8 +153,8 @@ class BubblewrapSandbox:
                 "(`apt-get install libseccomp2`) and the pyseccomp package "
                 "(`pip install pyseccomp`)"
             ) from error
-        paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
-        self._read_only = [os.path.realpath(p) for p in paths]
+        paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+        self._read_only = resolve_paths(paths)
 
     def _argv(
         self, argv: Sequence[str], limits: Limits, file_args: list[str], *, hold: bool = False

@@ -68,7 +68,13 @@ from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
 from execgym.sandbox._seccomp import _NAMESPACE_FLAGS, BLOCKED_SYSCALLS
 from execgym.sandbox.base import RunResult
-from execgym.sandbox.bwrap import SANDBOX_UID, WORK_DIR, interpreter_paths
+from execgym.sandbox.bwrap import (
+    SANDBOX_UID,
+    WORK_DIR,
+    ReadOnlyPath,
+    default_read_only_paths,
+    resolve_paths,
+)
 
 CHANNEL_DIR = "/.execgym"
 """Where the report FIFO and the staged files appear inside the sandbox."""
@@ -141,7 +147,7 @@ def _seccomp(network: str) -> dict[str, Any]:
     return {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules}
 
 
-def _make_root(rootfs: Path, read_only: Sequence[str]) -> list[dict[str, Any]]:
+def _make_root(rootfs: Path, read_only: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """Lay out the read-only root (mount points, merged-/usr symlinks); return its binds."""
     mounts = [_bind("/usr", "/usr")]
     for name in ("usr", "proc", "dev", "sys", "tmp", WORK_DIR.lstrip("/")):
@@ -153,9 +159,9 @@ def _make_root(rootfs: Path, read_only: Sequence[str]) -> list[dict[str, Any]]:
         elif host.is_dir():
             (rootfs / name).mkdir()
             mounts.append(_bind(str(host), f"/{name}"))
-    for path in read_only:
-        (rootfs / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        mounts.append(_bind(path, path))
+    for host, inside in read_only:
+        (rootfs / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        mounts.append(_bind(host, inside))
     return mounts
 
 
@@ -177,8 +183,10 @@ class GVisorSandbox:
     """Run each program on its own gVisor kernel with ``runsc``; see the module docstring.
 
     Args:
-        read_only_paths: Host directories to expose read-only at the same path, in
-            addition to ``/usr``; by default the current interpreter's prefix.
+        read_only_paths: Host directories to expose read-only (at the same path, or
+            as ``(host, path inside)``), in addition to ``/usr``; by default
+            :func:`~execgym.sandbox.bwrap.default_read_only_paths` (the interpreter's
+            prefix, toolchains outside ``/usr``, site-packages for pytest).
         runsc_path: The ``runsc`` binary; found on PATH by default.
 
     Raises:
@@ -191,7 +199,7 @@ class GVisorSandbox:
     def __init__(
         self,
         *,
-        read_only_paths: Sequence[str] | None = None,
+        read_only_paths: Sequence[ReadOnlyPath] | None = None,
         runsc_path: str | None = None,
     ) -> None:
         found = runsc_path or shutil.which("runsc")
@@ -203,8 +211,8 @@ class GVisorSandbox:
                 "cgroup as root); run execgym as root, or use --isolation bwrap"
             )
         self._runsc = found
-        paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
-        self._read_only = [os.path.realpath(p) for p in paths]
+        paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+        self._read_only = resolve_paths(paths)
 
     def _spec(
         self, command: list[str], env: Mapping[str, str], limits: Limits, mounts: list[Any]

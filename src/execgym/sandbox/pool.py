@@ -53,8 +53,10 @@ from execgym.sandbox.bwrap import (
     SANDBOX_UID,
     WORK_DIR,
     BubblewrapSandbox,
-    interpreter_paths,
+    ReadOnlyPath,
+    default_read_only_paths,
     read_only_binds,
+    resolve_paths,
     system_binds,
 )
 
@@ -112,14 +114,14 @@ class WarmPoolSandbox:
 
     name = "bwrap"
 
-    def __init__(self, *, read_only_paths: Sequence[str] | None = None) -> None:
+    def __init__(self, *, read_only_paths: Sequence[ReadOnlyPath] | None = None) -> None:
         self._fresh = BubblewrapSandbox(read_only_paths=read_only_paths)
         found = shutil.which("bwrap")
         if found is None:  # BubblewrapSandbox() above would have raised already
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
         self._bwrap = found
-        paths = interpreter_paths() if read_only_paths is None else list(read_only_paths)
-        self._read_only = [os.path.realpath(p) for p in paths]
+        paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+        self._read_only = resolve_paths(paths)
         self._as_root = os.geteuid() == 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None

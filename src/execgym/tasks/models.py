@@ -1,25 +1,79 @@
-"""Tasks and rollouts as they arrive in JSONL files (validated with pydantic)."""
+"""Tasks and rollouts as they arrive in JSONL files (validated with pydantic).
+
+A task says how its rollouts are judged by its test ``kind``:
+
+- ``assert`` (the default, HumanEval/MBPP style): ``prompt + completion + tests``; in
+  Python the tests define ``check(candidate)``, elsewhere they are a ``main`` that
+  asserts (HumanEval-X style) and a pass is exit code 0.
+- ``stdio`` (APPS, CodeContests, TACO, Codeforces style): the program runs once per
+  ``test_cases`` item with its ``input`` on stdin; its stdout is compared with
+  ``output`` under ``comparison``, or judged by the task's ``checker`` program.
+- ``function_call`` (LiveCodeBench, TACO ``fn_name``, LeetCode style): ``fn_name`` is
+  called with each case's JSON ``args``/``kwargs``; the result comes back as JSON and
+  is compared with ``expected`` outside the sandbox.
+- ``pytest``: the task ships ``test_files``; the completion is written to
+  ``solution_path`` (and a rollout may add more ``files``); every test's outcome is
+  kept.
+
+The published JSON Schema (``schemas/task.schema.json``) is generated from these
+models by ``python -m execgym.tasks.schema``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from execgym.errors import ConfigError
 from execgym.limits import Limits
 
-LANGUAGES = ("python",)
-"""Languages the judges run today."""
+LANGUAGES = ("python", "c", "cpp", "java", "javascript", "rust", "bash", "go")
+"""Languages a task may name (whether a toolchain is present is checked when judging)."""
+
+LANGUAGE_ALIASES = {
+    "py": "python",
+    "python3": "python",
+    "c++": "cpp",
+    "cxx": "cpp",
+    "js": "javascript",
+    "node": "javascript",
+    "nodejs": "javascript",
+    "rs": "rust",
+    "sh": "bash",
+    "shell": "bash",
+    "golang": "go",
+}
+"""Other spellings accepted for :data:`LANGUAGES` (as in markdown fence tags)."""
+
+TEST_KINDS = ("assert", "stdio", "function_call", "pytest")
+"""How a task's tests are run; see the module docstring."""
+
+TestKind = Literal["assert", "stdio", "function_call", "pytest"]
 
 
-class TaskLimits(BaseModel):
+def normalize_language(value: str) -> str:
+    """The canonical name of a language (``"C++"`` -> ``"cpp"``).
+
+    Raises:
+        ValueError: if the language is not one of :data:`LANGUAGES` or an alias.
+    """
+    name = value.strip().lower()
+    name = LANGUAGE_ALIASES.get(name, name)
+    if name not in LANGUAGES:
+        raise ValueError(f"language {value!r} is not supported; use one of {LANGUAGES}")
+    return name
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class TaskLimits(_Strict):
     """Optional per-task limits; any field left out keeps the run's limit.
 
     Field names and units are those of :class:`execgym.limits.Limits`.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     wall_time_s: float | None = Field(default=None, gt=0)
     cpu_time_s: float | None = Field(default=None, gt=0)
@@ -31,42 +85,157 @@ class TaskLimits(BaseModel):
     max_open_files: int | None = Field(default=None, gt=0)
 
 
+class Comparison(_Strict):
+    """How a program's output is compared with the expected output.
+
+    Attributes:
+        mode: ``tokens`` (default): whitespace-separated tokens must match, so trailing
+            spaces, line ends and trailing blank lines never matter, yet inner spaces
+            are never deleted (``"1 23"`` differs from ``"1 2 3"``); ``exact``: byte for
+            byte after decoding; ``lines``: line by line with trailing whitespace of each
+            line and trailing blank lines ignored; ``unordered_lines``: as ``lines`` but
+            in any order.
+        case_insensitive: Compare letters without regard to case.
+        float_abs_tol: Tokens that both parse as numbers match when they differ by at
+            most this much (absolute error); other tokens still match exactly.
+        float_rel_tol: As ``float_abs_tol``, relative to the expected value; a number
+            matches when either tolerance accepts it. With neither set, numbers are
+            compared as text (a task without a declared tolerance keeps exact matching).
+    """
+
+    mode: Literal["tokens", "exact", "lines", "unordered_lines"] = "tokens"
+    case_insensitive: bool = False
+    float_abs_tol: float | None = Field(default=None, ge=0)
+    float_rel_tol: float | None = Field(default=None, ge=0)
+
+
+class StdioCase(_Strict):
+    """One stdin/stdout case: the program reads ``input`` and must print ``output``."""
+
+    input: str = ""
+    output: str
+
+
+class FunctionCase(_Strict):
+    """One function-call case: ``fn_name(*args, **kwargs)`` must return ``expected``.
+
+    ``args``, ``kwargs`` and ``expected`` are plain JSON values; a result is compared
+    after it is turned into JSON (tuples become lists), deeply, with the task's float
+    tolerance.
+    """
+
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    expected: Any
+
+
+class Checker(_Strict):
+    """A task's own program deciding whether an output is right (a "special judge").
+
+    It runs in the sandbox with the files ``input.txt``, ``expected.txt`` and
+    ``actual.txt`` in its work dir, whose names are also its three arguments, and
+    answers with its exit code: 0 accepted, 1 wrong answer; anything else (another
+    code, a crash, a timeout, an exception raised by a Python checker) means the
+    checker itself failed, which is not the model's fault (``sandbox_error``, masked).
+    """
+
+    language: str = "python"
+    source: str = Field(min_length=1)
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, value: str) -> str:
+        return normalize_language(value)
+
+
 class Task(BaseModel):
-    """One task: a prompt, its tests and how to call the solution.
+    """One task: what the model is asked, and how its answer is judged.
 
     Attributes:
         task_id: Unique id, e.g. ``"HumanEval/0"``.
-        prompt: The code the model continues (signature and docstring).
-        tests: Test code defining ``check(candidate)``, which asserts.
-        entry_point: Name of the function passed to ``check``.
-        language: Programming language; only ``"python"`` for now.
-        reference: A known-correct completion of ``prompt``, if any.
+        prompt: For ``assert`` and ``function_call``, the code the model continues
+            (imports, signature, docstring); for ``stdio`` and ``pytest``, the problem
+            statement, never part of the program.
+        kind: How the tests run: ``assert`` (default), ``stdio``, ``function_call`` or
+            ``pytest``.
+        language: Programming language of the solution (see :data:`LANGUAGES`).
+        tests: ``assert`` tests: Python code defining ``check(candidate)``, or, in other
+            languages, code with a ``main`` that asserts.
+        entry_point: ``assert`` (Python): the function passed to ``check``.
+        test_cases: ``stdio``: ``{input, output}`` items; ``function_call``:
+            ``{args, kwargs, expected}`` items.
+        fn_name: ``function_call``: the function to call; a method of LeetCode's
+            ``class Solution`` is found by its name too, and ``"Solution.method"`` names
+            one explicitly.
+        comparison: How outputs are compared (``stdio``, and floats in
+            ``function_call``).
+        checker: ``stdio``: a program that judges outputs instead of ``comparison``.
+        stop_on_first_failure: Stop at the first case that fails; the rest count as
+            not passed.
+        case_time_limit_s: Wall-clock seconds each case may take (``stdio``: each run;
+            ``function_call``: each call); the run's limit otherwise.
+        test_files: ``pytest``: test file names and their contents.
+        solution_path: ``pytest``: where the completion is written (``solution.py``).
+        reference: A known-correct completion, if any.
         limits: Per-task limits overriding the run's (optional).
+        compile_limits: Per-task limits for the compile step (optional).
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     task_id: str = Field(min_length=1)
-    prompt: str
-    tests: str = Field(min_length=1)
-    entry_point: str = Field(min_length=1)
+    prompt: str = ""
+    kind: TestKind = "assert"
     language: str = "python"
+    tests: str | None = None
+    entry_point: str | None = None
+    test_cases: list[StdioCase | FunctionCase] = Field(default_factory=list)
+    fn_name: str | None = None
+    comparison: Comparison = Field(default_factory=Comparison)
+    checker: Checker | None = None
+    stop_on_first_failure: bool = False
+    case_time_limit_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    test_files: dict[str, str] = Field(default_factory=dict)
+    solution_path: str = "solution.py"
     reference: str | None = None
     limits: TaskLimits | None = None
+    compile_limits: TaskLimits | None = None
 
     @field_validator("language")
     @classmethod
     def _known_language(cls, value: str) -> str:
-        if value.lower() not in LANGUAGES:
-            raise ValueError(f"language {value!r} is not supported yet; use one of {LANGUAGES}")
-        return value.lower()
+        return normalize_language(value)
 
     @field_validator("entry_point")
     @classmethod
-    def _identifier(cls, value: str) -> str:
-        if not value.isidentifier():
+    def _identifier(cls, value: str | None) -> str | None:
+        if value is not None and not value.isidentifier():
             raise ValueError(f"entry_point {value!r} is not a Python identifier")
         return value
+
+    @field_validator("fn_name")
+    @classmethod
+    def _dotted_identifier(cls, value: str | None) -> str | None:
+        if value is not None and not all(p.isidentifier() for p in value.split(".")):
+            raise ValueError(f"fn_name {value!r} must be a name or 'Class.method'")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _assert_tasks_need_a_prompt(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind", "assert") == "assert":
+            missing = [name for name in ("prompt", "tests") if name not in data]
+            if missing:
+                raise ValueError(f"Field required: an 'assert' task needs {missing}")
+        return data
+
+    @model_validator(mode="after")
+    def _has_what_its_kind_needs(self) -> Task:
+        check = _KIND_CHECKS[self.kind]
+        problem = check(self)
+        if problem:
+            raise ValueError(f"a {self.kind!r} task {problem}")
+        return self
 
     def limits_over(self, base: Limits) -> Limits:
         """The limits for this task's runs: ``base`` with this task's overrides.
@@ -74,13 +243,78 @@ class Task(BaseModel):
         Raises:
             ConfigError: if an override is invalid.
         """
-        if self.limits is None:
-            return base
-        overrides: dict[str, Any] = self.limits.model_dump(exclude_none=True)
-        try:
-            return base.merged(**overrides)
-        except ConfigError as error:
-            raise ConfigError(f"task {self.task_id}: {error}") from error
+        return _merge(self.task_id, base, self.limits)
+
+    def compile_limits_over(self, base: Limits) -> Limits:
+        """The limits for this task's compile step: ``base`` with its overrides.
+
+        Raises:
+            ConfigError: if an override is invalid.
+        """
+        return _merge(self.task_id, base, self.compile_limits)
+
+    def case_limits(self, limits: Limits) -> Limits:
+        """``limits`` with the per-case wall time (and CPU time), if the task sets one."""
+        if self.case_time_limit_s is None:
+            return limits
+        seconds = self.case_time_limit_s
+        return limits.merged(wall_time_s=seconds, cpu_time_s=min(seconds, limits.cpu_time_s))
+
+
+def _merge(task_id: str, base: Limits, overrides: TaskLimits | None) -> Limits:
+    if overrides is None:
+        return base
+    values: dict[str, Any] = overrides.model_dump(exclude_none=True)
+    try:
+        return base.merged(**values)
+    except ConfigError as error:
+        raise ConfigError(f"task {task_id}: {error}") from error
+
+
+def _check_assert(task: Task) -> str:
+    if not task.tests:
+        return "needs `tests`"
+    if task.language == "python" and not task.entry_point:
+        return "in Python needs `entry_point` (the function passed to check)"
+    return ""
+
+
+def _check_stdio(task: Task) -> str:
+    if not task.test_cases:
+        return "needs `test_cases`: a list of {input, output}"
+    if not all(isinstance(case, StdioCase) for case in task.test_cases):
+        return "needs `test_cases` of the form {input, output}"
+    return ""
+
+
+def _check_function_call(task: Task) -> str:
+    if not task.fn_name:
+        return "needs `fn_name`, the function to call"
+    if task.language not in ("python", "javascript"):
+        return f"is judged in python or javascript, not {task.language} (use a stdio task)"
+    if not task.test_cases:
+        return "needs `test_cases`: a list of {args, kwargs, expected}"
+    if not all(isinstance(case, FunctionCase) for case in task.test_cases):
+        return "needs `test_cases` of the form {args, kwargs, expected}"
+    return ""
+
+
+def _check_pytest(task: Task) -> str:
+    if task.language != "python":
+        return "must be in python"
+    if not task.test_files:
+        return "needs `test_files`: {file name: contents}"
+    if task.solution_path in task.test_files:
+        return f"has a test file at its solution_path {task.solution_path!r}"
+    return ""
+
+
+_KIND_CHECKS = {
+    "assert": _check_assert,
+    "stdio": _check_stdio,
+    "function_call": _check_function_call,
+    "pytest": _check_pytest,
+}
 
 
 class Rollout(BaseModel):
@@ -88,8 +322,11 @@ class Rollout(BaseModel):
 
     Attributes:
         task_id: The task it answers.
-        completion: The code the model wrote after the task's prompt.
+        completion: The code the model wrote (after the task's prompt, for ``assert``
+            and ``function_call`` tasks); a chat answer with markdown fences is reduced
+            to its last fenced block of code.
         rollout_id: Caller's id; generated (``"<task_id>#<index>"``) when absent.
+        files: ``pytest`` tasks: more files of the solution, by name.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -97,3 +334,4 @@ class Rollout(BaseModel):
     task_id: str = Field(min_length=1)
     completion: str
     rollout_id: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)

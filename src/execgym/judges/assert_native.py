@@ -1,0 +1,53 @@
+r"""Assert-style tests in languages other than Python (HumanEval-X style).
+
+The program is ``prompt + completion + "\n" + tests``, where the tests hold a ``main``
+that asserts (C/C++ ``assert``, Java ``Main`` throwing, Node's ``assert``, Rust
+``assert!``, a Bash script's ``exit``). It is compiled (with the cache) and run once:
+exit code 0 is ``passed``; any other exit or a signal (a failed C ``assert`` aborts) is
+``failed``, with the end of stderr as the reason; limits give their own verdicts.
+
+Unlike the Python harness, nothing here proves the tests ran to their end: a solution
+that exits 0 early (``exit(0)`` in C) passes. Python tasks use the nonce-reporting
+harness of :mod:`execgym.judges.assert_tests` instead.
+"""
+
+from __future__ import annotations
+
+from execgym.judges.base import RUN_STATUS_VERDICT, ErrorDetail, Judgement, Verdict, tail_text
+from execgym.judges.compile import Builder, compile_limits_for
+from execgym.limits import Limits
+from execgym.sandbox.base import Sandbox, Status
+from execgym.tasks.models import Task
+
+
+class NativeAssertJudge:
+    """Judge ``assert`` tasks in compiled or non-Python languages; see the module docstring.
+
+    Args:
+        builder: Compiles the program, with its cache.
+    """
+
+    name = "assert"
+
+    def __init__(self, builder: Builder | None = None) -> None:
+        self.builder = builder or Builder()
+
+    async def judge(
+        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+    ) -> Judgement:
+        """Build and run ``prompt + completion + tests`` once; exit code 0 passes."""
+        source = task.prompt + completion + "\n" + (task.tests or "")
+        program = await self.builder.build(
+            task.language, source, sandbox, task.compile_limits_over(compile_limits_for(limits))
+        )
+        if isinstance(program, Judgement):
+            return program
+        run = await program.run(sandbox, limits=limits)
+        if run.status in RUN_STATUS_VERDICT:
+            return Judgement(RUN_STATUS_VERDICT[run.status], run, message=run.message)
+        if run.status is Status.OK:
+            return Judgement(Verdict.PASSED, run)
+        stderr = tail_text(run.stderr, 1000).strip()
+        last = stderr.splitlines()[-1] if stderr else ""
+        message = f"the tests failed ({run.message})" + (f": {last}" if last else "")
+        return Judgement(Verdict.FAILED, run, ErrorDetail("TestFailed", message, stderr), message)

@@ -1,0 +1,197 @@
+"""How each language is compiled and run inside the sandbox, and the :class:`Program`.
+
+Every command here runs inside the sandbox, in its work dir, with the toolchain found on
+the host by :mod:`execgym.toolchains`. A compiled binary comes back out of the sandbox
+as bytes and goes into later runs as an ordinary file, which is copied and made
+executable inside the sandbox before it starts (files are placed read-write but not
+executable, and the sandbox user cannot chmod a file it does not own).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox._python import python_command
+from execgym.sandbox.base import RunResult, Sandbox
+from execgym.toolchains import Toolchain
+
+BINARY = "main"
+"""The file name a native compiler writes; also the name it has in later runs."""
+
+_EXEC_COPY = 'cp -- "$0" ./.execgym-exe && chmod 700 ./.execgym-exe && exec ./.execgym-exe "$@"'
+_JAVA_PUBLIC_CLASS = re.compile(r"public\s+(?:(?:final|abstract)\s+)*class\s+([A-Za-z_]\w*)")
+_JAVA_MAIN_CLASS = re.compile(
+    r"class\s+([A-Za-z_]\w*)[^{]*\{(?:(?!\bclass\b).)*?static\s+void\s+main\s*\(", re.S
+)
+_JAVA_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss256m", "-XX:-UsePerfData")
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A solution ready to run: its command inside the sandbox and the files it needs.
+
+    Attributes:
+        language: The language.
+        argv: The command inside the sandbox.
+        files: The files it needs in its work dir (source or compiled output).
+        env: Environment variables it needs.
+        python_source: For Python, the script itself, so a run without arguments or extra
+            files goes through :meth:`Sandbox.run_python` (the warm pool, when used).
+    """
+
+    language: str
+    argv: tuple[str, ...]
+    files: Mapping[str, bytes]
+    env: Mapping[str, str] = field(default_factory=dict)
+    python_source: bytes | None = None
+
+    async def run(
+        self,
+        sandbox: Sandbox,
+        *,
+        stdin: bytes = b"",
+        limits: Limits = DEFAULT_LIMITS,
+        args: Sequence[str] = (),
+        extra_files: Mapping[str, bytes] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run the program once in ``sandbox``; see :meth:`Sandbox.run`."""
+        env = dict(self.env) or None
+        if self.python_source is not None and not args and not extra_files:
+            return await sandbox.run_python(
+                self.python_source, stdin=stdin, limits=limits, env=env, want_report=want_report
+            )
+        return await sandbox.run(
+            [*self.argv, *args],
+            stdin=stdin,
+            files={**self.files, **(extra_files or {})},
+            limits=limits,
+            env=env,
+            want_report=want_report,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LanguageSpec:
+    """How one language's source becomes a :class:`Program`.
+
+    Attributes:
+        name: The language.
+        source_name: The file name a given source must have (Java: its public class).
+        compile: ``(toolchain, source file) -> argv`` of the compile step, or ``None``.
+        outputs: What the compile step leaves that the program needs (files or dirs).
+        run: ``(toolchain, source file, source) -> argv`` that runs the program.
+        env: Environment for the compile step and the program.
+    """
+
+    name: str
+    source_name: Callable[[str], str]
+    run: Callable[[Toolchain, str, str], list[str]]
+    compile: Callable[[Toolchain, str], list[str]] | None = None
+    outputs: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def java_class(source: str) -> str:
+    """The class a Java source must be named after (its public class; ``Main`` if none)."""
+    public = _JAVA_PUBLIC_CLASS.search(source)
+    if public:
+        return public.group(1)
+    with_main = _JAVA_MAIN_CLASS.search(source)
+    return with_main.group(1) if with_main else "Main"
+
+
+def _native() -> list[str]:
+    return ["/bin/sh", "-c", _EXEC_COPY, BINARY]
+
+
+def _tool(path: str | None) -> str:
+    if path is None:  # a spec only pairs with the toolchain its finder returns
+        raise ValueError("the toolchain lacks the tool this language needs")
+    return path
+
+
+def _c(tc: Toolchain, name: str) -> list[str]:
+    return [_tool(tc.compiler), "-O2", "-std=gnu17", "-o", BINARY, name, "-lm"]
+
+
+def _cpp(tc: Toolchain, name: str) -> list[str]:
+    return [_tool(tc.compiler), "-O2", "-std=gnu++17", "-o", BINARY, name]
+
+
+def _rust_options(tc: Toolchain) -> list[str]:
+    linker = f"linker={_tool(tc.linker)}"
+    return [_tool(tc.compiler), "--edition=2021", "-O", "-C", "strip=symbols", "-C", linker]
+
+
+def _rust_compile(tc: Toolchain, name: str) -> list[str]:
+    return [*_rust_options(tc), "-o", BINARY, name]
+
+
+def _javac(tc: Toolchain, name: str) -> list[str]:
+    options = ["-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "-encoding", "UTF-8"]
+    return [_tool(tc.compiler), *options, "-nowarn", "-d", "classes", name]
+
+
+def _java(tc: Toolchain, name: str, source: str) -> list[str]:
+    return [_tool(tc.runner), *_JAVA_OPTIONS, "-cp", "classes", name.removesuffix(".java")]
+
+
+def _interpreted(tc: Toolchain, name: str, source: str) -> list[str]:
+    return [_tool(tc.runner), name]
+
+
+SPECS: dict[str, LanguageSpec] = {
+    "python": LanguageSpec(
+        "python", lambda _: "main.py", lambda tc, name, _: python_command(name, tc.runner)
+    ),
+    "c": LanguageSpec("c", lambda _: "main.c", lambda *_: _native(), _c, (BINARY,)),
+    "cpp": LanguageSpec("cpp", lambda _: "main.cpp", lambda *_: _native(), _cpp, (BINARY,)),
+    "java": LanguageSpec(
+        "java", lambda source: java_class(source) + ".java", _java, _javac, ("classes",)
+    ),
+    "javascript": LanguageSpec("javascript", lambda _: "main.js", _interpreted),
+    "rust": LanguageSpec(
+        "rust", lambda _: "main.rs", lambda *_: _native(), _rust_compile, (BINARY,)
+    ),
+    "bash": LanguageSpec("bash", lambda _: "main.sh", _interpreted),
+    "go": LanguageSpec(
+        "go",
+        lambda _: "main.go",
+        lambda *_: _native(),
+        lambda tc, name: [_tool(tc.compiler), "build", "-o", BINARY, name],
+        (BINARY,),
+        env={
+            "GOCACHE": "/tmp/go-cache",
+            "GOPATH": "/tmp/go",
+            "GO111MODULE": "off",
+            "GOTOOLCHAIN": "local",
+        },
+    ),
+}
+"""Every language in :data:`execgym.tasks.models.LANGUAGES`."""
+
+
+KNOWN_GOOD: dict[str, str] = {
+    "c": '#include <stdio.h>\nint main(void){long a,b; scanf("%ld %ld",&a,&b); '
+    'printf("%ld\\n",a+b); return 0;}\n',
+    "cpp": "#include <iostream>\nint main(){long a,b; std::cin>>a>>b; std::cout<<a+b<<'\\n';}\n",
+    "java": "import java.util.*;\npublic class Solution {\n"
+    "  public static void main(String[] x) {\n    Scanner s = new Scanner(System.in);\n"
+    "    System.out.println(s.nextLong() + s.nextLong());\n  }\n}\n",
+    "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/)"
+    ".map(Number);\nconsole.log(a + b);\n",
+    "rust": "use std::io::Read;\nfn main() {\n    let mut s = String::new();\n"
+    "    std::io::stdin().read_to_string(&mut s).unwrap();\n"
+    "    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n"
+    '    println!("{}", v[0] + v[1]);\n}\n',
+    "bash": "read a b\necho $((a + b))\n",
+    "go": 'package main\n\nimport "fmt"\n\nfunc main() {\n\tvar a, b int\n\tfmt.Scan(&a, &b)\n'
+    "\tfmt.Println(a + b)\n}\n",
+    "python": "a, b = map(int, input().split())\nprint(a + b)\n",
+}
+"""Per language, a program that reads two integers and prints their sum: the probe that
+shows a toolchain works inside the sandbox before any rollout is blamed for it."""

@@ -1,0 +1,142 @@
+"""The pytest judge: the task ships test files, the rollout is a module or files.
+
+The completion is written to ``Task.solution_path`` (``solution.py``), a rollout's
+``files`` beside it, the task's ``test_files`` last (a rollout can never replace them),
+and the harness (:mod:`execgym.judges._pytest_runner`) runs pytest on the test files in
+the sandbox. pytest comes from the host environment's site-packages, bound read-only
+into the sandbox (see :func:`execgym.sandbox.bwrap.default_read_only_paths`), with
+plugin autoloading off. Every test's outcome (``passed``, ``failed``, ``error``,
+``skipped``) is kept in ``details["tests"]``.
+
+Verdicts: ``passed`` when at least one test passed and none failed or errored;
+``failed`` when a test failed (or the solution tampered with pytest's report functions);
+``error`` for a collection error (reported as such, with its message, never as "0
+tests passed"), a setup or teardown error, no test collected, or a run without report.
+
+A rollout may not ship ``conftest.py``, pytest's configuration files, or a file with
+the name of a test file: such a rollout is ``failed`` with the reason.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from importlib import resources
+from pathlib import PurePosixPath
+from typing import Any
+
+from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
+from execgym.limits import Limits
+from execgym.sandbox.base import RunResult, Sandbox
+from execgym.tasks.models import Task
+from execgym.toolchains import PYTHON_LIBRARIES_DIR, python_libraries
+
+FORBIDDEN_ROLLOUT_FILES = frozenset(
+    {"conftest.py", "pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", ".pytest.ini"}
+)
+"""File names a rollout may not ship: they would configure or extend pytest."""
+
+
+def _runner_source() -> bytes:
+    return resources.files("execgym.judges").joinpath("_pytest_runner.py").read_bytes()
+
+
+def rollout_problem(task: Task, files: dict[str, str]) -> str:
+    """Why a rollout's files are refused, or ``""``."""
+    for name in files:
+        if PurePosixPath(name).name in FORBIDDEN_ROLLOUT_FILES:
+            return f"the rollout may not ship {name!r}: it would configure or extend pytest"
+        if name in task.test_files:
+            return f"the rollout may not replace the task's test file {name!r}"
+    return ""
+
+
+def summarize_tests(report: dict[str, Any], run: RunResult) -> Judgement:
+    """Turn the harness's report into a :class:`Judgement` with per-test outcomes."""
+    tests = [t for t in report.get("tests", []) if isinstance(t, dict)]
+    errors = [e for e in report.get("collection_errors", []) if isinstance(e, dict)]
+    counts = Counter(str(t.get("outcome")) for t in tests)
+    details = {
+        "tests": tests,
+        "collection_errors": errors,
+        "passed": counts["passed"],
+        "failed": counts["failed"],
+        "errors": counts["error"],
+        "skipped": counts["skipped"],
+        "total": len(tests),
+        "fraction_passed": counts["passed"] / len(tests) if tests else 0.0,
+        "exit_code": report.get("exit_code"),
+    }
+    if report.get("tampered"):
+        message = "the solution replaced pytest's report functions"
+        return Judgement(Verdict.FAILED, run, ErrorDetail("Tampered", message), message, details)
+    if errors:
+        first = errors[0]
+        message = f"collection error in {first.get('name')}: {_last_line(first.get('message'))}"
+        error = ErrorDetail("CollectionError", message, str(first.get("message", "")))
+        return Judgement(Verdict.ERROR, run, error, message, details)
+    for outcome, verdict in (("failed", Verdict.FAILED), ("error", Verdict.ERROR)):
+        bad = next((t for t in tests if t.get("outcome") == outcome), None)
+        if bad is not None:
+            message = f"{bad.get('name')} {outcome}: {_last_line(bad.get('message'))}"
+            kind = "TestFailed" if outcome == "failed" else "TestError"
+            error = ErrorDetail(kind, message, str(bad.get("message", "")))
+            return Judgement(verdict, run, error, message, details)
+    if not counts["passed"]:
+        message = "no test ran" if tests else "no tests were collected"
+        return Judgement(Verdict.ERROR, run, ErrorDetail("NoTests", message), message, details)
+    return Judgement(Verdict.PASSED, run, details=details)
+
+
+def _last_line(text: object) -> str:
+    lines = [line for line in str(text or "").splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else ""
+
+
+class PytestJudge:
+    """Judge ``pytest`` tasks; see the module docstring."""
+
+    name = "pytest"
+
+    def __init__(self) -> None:
+        self._runner = _runner_source()
+
+    async def judge(
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        files: dict[str, str] | None = None,
+    ) -> Judgement:
+        """Run the task's test files against the rollout (``completion`` and ``files``)."""
+        if python_libraries() is None:
+            message = "pytest is not installed where execgym runs (pip install pytest)"
+            return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
+        extra = dict(files or {})
+        problem = rollout_problem(task, {task.solution_path: completion, **extra})
+        if problem:
+            return Judgement(Verdict.FAILED, error=ErrorDetail("Refused", problem), message=problem)
+        nonce = secrets.token_hex(16)
+        header = f"EXECGYM-PYTEST1 {nonce} {PYTHON_LIBRARIES_DIR} {int(task.stop_on_first_failure)}"
+        job = "\n".join([header, *task.test_files]) + "\n"
+        contents = {task.solution_path: completion, **extra, **task.test_files}
+        run = await sandbox.run_python(
+            self._runner,
+            stdin=job.encode("utf-8"),
+            files={name: text.encode("utf-8", "surrogatepass") for name, text in contents.items()},
+            limits=limits,
+            want_report=True,
+        )
+        return interpret_pytest_run(run, nonce)
+
+
+def interpret_pytest_run(run: RunResult, nonce: str) -> Judgement:
+    """Turn a run of the pytest harness into a :class:`Judgement`."""
+    report = harness_report(run, nonce, "pytest harness")
+    if isinstance(report, Judgement):
+        return report
+    if "harness_error" in report:
+        message = f"pytest is not usable inside the sandbox: {report['harness_error']}"
+        return Judgement(Verdict.SANDBOX_ERROR, run, message=message)
+    return summarize_tests(report, run)

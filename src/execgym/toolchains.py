@@ -1,0 +1,178 @@
+"""Which compilers and interpreters this host has, and what the sandbox must see of them.
+
+A toolchain under ``/usr`` (gcc, g++, javac, node, bash, Debian's go) is visible in
+every sandbox already. One elsewhere (rustup's toolchains under ``~/.rustup``, a node
+under ``/usr/local``, Java's configuration under ``/etc/java-*``) is found here and
+bound read-only into the sandbox at the same path by :func:`toolchain_paths`. Nothing
+here runs untrusted code: the host's own tools are asked where they live, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PYTHON_LIBRARIES_DIR = "/opt/execgym/site-packages"
+"""Where the host environment's site-packages (pytest) appears inside the sandbox."""
+
+_PROBE_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Toolchain:
+    """One language's tools on this host.
+
+    Attributes:
+        language: The language (see :data:`execgym.tasks.models.LANGUAGES`).
+        compiler: Absolute path of the compiler, or ``None`` for interpreted languages.
+        runner: Absolute path of the interpreter or VM, or ``None`` for native binaries.
+        host_paths: Host directories outside ``/usr`` the sandbox must see read-only.
+        fingerprint: Identifies the exact tools (path, size, mtime), for cache keys.
+        linker: The C compiler used as linker (Rust), resolved past ``/etc/alternatives``,
+            which the sandbox does not see.
+    """
+
+    language: str
+    compiler: str | None
+    runner: str | None
+    host_paths: tuple[str, ...] = ()
+    fingerprint: str = ""
+    linker: str | None = None
+
+
+def _fingerprint(*paths: str | None) -> str:
+    parts = []
+    for path in paths:
+        if path:
+            stat = os.stat(path)
+            parts.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
+    return ";".join(parts)
+
+
+def _outside_usr(*paths: str) -> tuple[str, ...]:
+    return tuple(sorted({p for p in paths if p != "/usr" and not p.startswith("/usr/")}))
+
+
+def _which(name: str) -> str | None:
+    found = shutil.which(name)
+    return os.path.realpath(found) if found else None
+
+
+def _probe(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _python() -> Toolchain:
+    interpreter = os.path.realpath(sys.executable)  # as execgym.sandbox runs it
+    return Toolchain("python", None, interpreter, (), _fingerprint(interpreter))
+
+
+def _simple(language: str, compiler: str | None, runner: str | None) -> Toolchain | None:
+    tool = _which(compiler) if compiler else None
+    run = _which(runner) if runner else None
+    if (compiler and tool is None) or (runner and run is None):
+        return None
+    dirs = [str(Path(p).parent) for p in (tool, run) if p]
+    return Toolchain(language, tool, run, _outside_usr(*dirs), _fingerprint(tool, run))
+
+
+def _rust() -> Toolchain | None:
+    rustc = shutil.which("rustc")
+    sysroot = _probe([rustc, "--print", "sysroot"]) if rustc else None
+    if not sysroot:
+        return None
+    real = os.path.join(os.path.realpath(sysroot), "bin", "rustc")  # not rustup's proxy
+    linker = _which("cc")
+    if not os.path.exists(real) or linker is None:
+        return None
+    paths = _outside_usr(os.path.realpath(sysroot))
+    return Toolchain("rust", real, None, paths, _fingerprint(real, linker), linker)
+
+
+def _java() -> Toolchain | None:
+    javac, java = _which("javac"), _which("java")
+    if javac is None or java is None:
+        return None
+    home = Path(javac).parents[1]
+    paths = [str(home)]
+    config = home / "lib" / "jvm.cfg"  # Debian keeps the JVM's configuration in /etc
+    if config.exists():
+        paths.append(str(Path(os.path.realpath(config)).parent))
+    return Toolchain("java", javac, java, _outside_usr(*paths), _fingerprint(javac, java))
+
+
+def _go() -> Toolchain | None:
+    go = shutil.which("go")
+    root = _probe([go, "env", "GOROOT"]) if go else None
+    if not root:
+        return None
+    real = os.path.join(os.path.realpath(root), "bin", "go")
+    return Toolchain("go", real, None, _outside_usr(os.path.realpath(root)), _fingerprint(real))
+
+
+_FINDERS = {
+    "python": _python,
+    "c": lambda: _simple("c", "gcc", None),
+    "cpp": lambda: _simple("cpp", "g++", None),
+    "java": _java,
+    "javascript": lambda: _simple("javascript", None, "node"),
+    "rust": _rust,
+    "bash": lambda: _simple("bash", None, "bash"),
+    "go": _go,
+}
+
+
+@functools.cache
+def find_toolchain(language: str) -> Toolchain | None:
+    """The toolchain for ``language`` on this host, or ``None`` if it is missing.
+
+    The answer is cached for the life of the process.
+    """
+    finder = _FINDERS.get(language)
+    return finder() if finder else None
+
+
+def missing_hint(language: str) -> str:
+    """How to install ``language``'s toolchain on Debian or Ubuntu."""
+    packages = {
+        "c": "apt-get install gcc",
+        "cpp": "apt-get install g++",
+        "java": "apt-get install default-jdk-headless",
+        "javascript": "apt-get install nodejs",
+        "rust": "apt-get install rustc (or install rustup)",
+        "bash": "apt-get install bash",
+        "go": "apt-get install golang-go",
+    }
+    return packages.get(language, f"install a {language} toolchain")
+
+
+def python_libraries() -> tuple[str, str] | None:
+    """``(host site-packages holding pytest, its path in the sandbox)``, if pytest exists."""
+    try:
+        import pytest
+    except ImportError:
+        return None
+    return (os.path.realpath(Path(pytest.__file__).parents[1]), PYTHON_LIBRARIES_DIR)
+
+
+@functools.cache
+def toolchain_paths() -> tuple[str, ...]:
+    """Host directories outside ``/usr`` that every present toolchain needs."""
+    paths: set[str] = set()
+    for language in _FINDERS:
+        toolchain = find_toolchain(language)
+        if toolchain is not None:
+            paths.update(toolchain.host_paths)
+    prefix = os.path.realpath(sys.base_prefix)
+    return tuple(sorted(p for p in paths if not p.startswith(prefix)))

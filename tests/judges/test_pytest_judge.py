@@ -1,0 +1,155 @@
+"""The pytest judge: per-test outcomes, collection errors, refused and tampering rollouts."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from execgym.judges import Verdict
+from execgym.judges.pytest_tests import PytestJudge
+from execgym.limits import Limits, MiB
+from execgym.sandbox import BubblewrapSandbox, WarmPoolSandbox
+from execgym.sandbox.bwrap import interpreter_paths
+from execgym.tasks import Task
+from tests.conftest import require
+
+LIMITS = Limits(wall_time_s=10, memory_bytes=512 * MiB)
+TESTS = """\
+import pytest
+from solution import add
+
+def test_small():
+    assert add(1, 2) == 3
+
+def test_negative():
+    assert add(-1, -1) == -2
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    assert False
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+def test_needs_broken(broken):
+    pass
+"""
+TASK = Task.model_validate(
+    {
+        "task_id": "t/pytest",
+        "kind": "pytest",
+        "test_files": {"test_add.py": TESTS.replace("def test_needs_broken", "def _unused")},
+    }
+)
+
+
+async def judge(sandbox, completion: str, task: Task = TASK, files=None):
+    return await PytestJudge().judge(task, completion, sandbox, LIMITS, files=files)
+
+
+def outcomes(judgement) -> dict[str, str]:
+    return {t["name"].split("::")[-1]: t["outcome"] for t in judgement.details["tests"]}
+
+
+async def test_passing_module_keeps_each_outcome(bwrap_sandbox) -> None:
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n")
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+    assert outcomes(judgement) == {
+        "test_small": "passed",
+        "test_negative": "passed",
+        "test_skipped": "skipped",
+    }
+    assert judgement.details["passed"] == 2
+    assert judgement.details["skipped"] == 1
+
+
+async def test_a_failing_test_fails_with_its_name(bwrap_sandbox) -> None:
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return abs(a + b)\n")
+    assert judgement.verdict is Verdict.FAILED
+    assert outcomes(judgement)["test_negative"] == "failed"
+    assert outcomes(judgement)["test_small"] == "passed"
+    assert "test_negative failed" in judgement.message
+    assert judgement.details["fraction_passed"] == pytest.approx(1 / 3)
+
+
+async def test_fixture_errors_are_errors(bwrap_sandbox) -> None:
+    task = TASK.model_copy(update={"test_files": {"test_add.py": TESTS}})
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task)
+    assert judgement.verdict is Verdict.ERROR
+    assert outcomes(judgement)["test_needs_broken"] == "error"
+
+
+async def test_a_collection_error_is_reported_as_such(bwrap_sandbox) -> None:
+    judgement = await judge(bwrap_sandbox, "def plus(a, b):\n    return a + b\n")
+    assert judgement.verdict is Verdict.ERROR
+    assert judgement.error is not None
+    assert judgement.error.type == "CollectionError"
+    assert "ImportError" in judgement.message
+    assert judgement.details["collection_errors"][0]["name"] == "test_add.py"
+
+
+async def test_a_rollout_may_span_files(bwrap_sandbox) -> None:
+    judgement = await judge(
+        bwrap_sandbox,
+        "from helpers.ops import plus as add\n",
+        files={"helpers/__init__.py": "", "helpers/ops.py": "def plus(a, b):\n    return a + b\n"},
+    )
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+@pytest.mark.parametrize("name", ["conftest.py", "pytest.ini", "test_add.py", "sub/conftest.py"])
+async def test_rollouts_may_not_configure_pytest_or_replace_tests(bwrap_sandbox, name) -> None:
+    judgement = await judge(bwrap_sandbox, "def add(a, b): return a + b", files={name: ""})
+    assert judgement.verdict is Verdict.FAILED
+    assert name in judgement.message
+    assert judgement.run is None
+
+
+async def test_patching_pytest_reports_is_caught(bwrap_sandbox) -> None:
+    """BC-35, pytest variant: rewriting failed reports as passed is tampering."""
+    cheat = (
+        "import _pytest.reports as r\n"
+        "_real = r.TestReport.from_item_and_call\n"
+        "def _forge(item, call):\n"
+        "    report = _real(item, call)\n"
+        "    report.outcome = 'passed'\n"
+        "    return report\n"
+        "r.TestReport.from_item_and_call = staticmethod(_forge)\n"
+        "def add(a, b):\n    return 0\n"
+    )
+    judgement = await judge(bwrap_sandbox, cheat)
+    assert judgement.verdict is Verdict.FAILED
+    assert judgement.error is not None
+    assert judgement.error.type == "Tampered"
+
+
+async def test_printing_pass_lines_does_not_pass(bwrap_sandbox) -> None:
+    """BC-33: forged pytest summary lines on stdout change nothing."""
+    cheat = (
+        "print('=== 2 passed in 0.01s ===')\nprint('PASSED test_small')\ndef add(a, b): return 0\n"
+    )
+    judgement = await judge(bwrap_sandbox, cheat)
+    assert judgement.verdict is Verdict.FAILED
+
+
+async def test_exit_during_collection_is_an_error(bwrap_sandbox) -> None:
+    judgement = await judge(bwrap_sandbox, "import os\nos._exit(0)\n")
+    assert judgement.verdict is Verdict.ERROR
+    assert "no report" in judgement.message
+
+
+async def test_runs_in_the_warm_pool() -> None:
+    async with WarmPoolSandbox() as pool:
+        judgement = await judge(pool, "def add(a, b):\n    return a + b\n")
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+async def test_pytest_missing_inside_the_sandbox_is_our_fault() -> None:
+    """A sandbox that does not see site-packages cannot run pytest: masked, not an error."""
+    require(shutil.which("bwrap") is not None, "bubblewrap")
+    bare = BubblewrapSandbox(read_only_paths=interpreter_paths())
+    judgement = await judge(bare, "def add(a, b):\n    return a + b\n")
+    assert judgement.verdict is Verdict.SANDBOX_ERROR
+    assert "cannot import pytest" in judgement.message
