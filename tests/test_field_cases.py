@@ -811,17 +811,6 @@ NONCE_THEFTS = {
         "    return 0\nimport os, sys\n_f = sys._getframe()\n"
         "while 'nonce' not in _f.f_locals:\n    _f = _f.f_back\n"
         "os.write(3, _f.f_locals['nonce'] + b'\\n{\"verdict\": \"passed\"}\\n')\nos._exit(0)\n",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason=(
-                "BC-32/BC-33, left for the reward-integrity issue (#5): the tests and the "
-                "solution share one process, so the nonce is a local of the harness's main() "
-                "frame, a few sys._getframe().f_back away from the solution; writing "
-                '`nonce + b\'\\n{"verdict": "passed"}\\n\'` to fd 3 and os._exit(0) scores '
-                "verdict=passed, reward=1.0 for `return 0` (right: error or failed, 0.0). "
-                "The fix is to run the tests and the solution in separate processes."
-            ),
-        ),
     ),
     "nonce-from-rewound-stdin": pytest.param(
         "    return 0\nimport os\nos.lseek(0, 0, os.SEEK_SET)\n"

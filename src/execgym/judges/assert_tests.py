@@ -6,6 +6,7 @@ import json
 import secrets
 from importlib import resources
 
+from execgym.judges._cases import split_cases
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.limits import Limits
 from execgym.sandbox._python import python_command  # noqa: F401 - re-exported for users
@@ -22,8 +23,16 @@ _RUN_STATUS_VERDICT = {
     Status.SANDBOX_ERROR: Verdict.SANDBOX_ERROR,
 }
 _REPORTED = {
-    v.value: v for v in (Verdict.PASSED, Verdict.FAILED, Verdict.ERROR, Verdict.MEMORY_EXCEEDED)
+    v.value: v
+    for v in (
+        Verdict.PASSED,
+        Verdict.FAILED,
+        Verdict.ERROR,
+        Verdict.MEMORY_EXCEEDED,
+        Verdict.TAMPERED,
+    )
 }
+_REPORTED["harness_error"] = Verdict.SANDBOX_ERROR
 
 
 def _runner_source() -> bytes:
@@ -65,12 +74,71 @@ def _import_lines(prompt: str) -> str:
     )
 
 
-def encode_job(nonce: str, entry_point: str, program: str, tests: str) -> bytes:
-    """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`)."""
-    program_bytes = program.encode("utf-8", "surrogatepass")
-    tests_bytes = tests.encode("utf-8", "surrogatepass")
-    header = f"EXECGYM1 {nonce} {entry_point} {len(program_bytes)} {len(tests_bytes)}\n"
-    return header.encode("utf-8") + program_bytes + tests_bytes
+def _part(data: bytes) -> bytes:
+    return b"%010d" % len(data) + data
+
+
+def encode_job(
+    nonce: str,
+    entry_point: str,
+    program: str,
+    tests: str,
+    *,
+    context: str = "",
+    mode: str = "check",
+    reference: str | None = None,
+) -> bytes:
+    """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`).
+
+    Part one (the solution's program and entry point) is read before the solution's
+    process is forked; part two (nonce, mode, the tests' context, the tests, the
+    reference) only after, so the solution never has them in memory.
+
+    Args:
+        nonce: The run's secret tag for the report.
+        entry_point: The function the tests call.
+        program: The solution's source.
+        tests: Test code defining ``check(candidate)``.
+        context: Code run before the tests in the harness (the task's prompt).
+        mode: ``check`` (stop at the first failure), ``cases`` (count passing cases),
+            ``efficiency`` (also run ``reference`` and measure both).
+        reference: A known-correct program, for ``efficiency``.
+    """
+
+    def utf8(text: str) -> bytes:
+        return text.encode("utf-8", "surrogatepass")
+
+    head = f"{nonce} {mode} {len(utf8(context))} {len(utf8(tests))}\n".encode()
+    return _part(utf8(entry_point) + b"\n" + utf8(program)) + _part(
+        head + utf8(context) + utf8(tests) + utf8(reference or "")
+    )
+
+
+def job_nonce(job: bytes) -> bytes:
+    """The nonce of a job made by :func:`encode_job` (for test doubles that fake reports).
+
+    Raises:
+        ValueError: if ``job`` is not such a job.
+    """
+    try:
+        second = job[10 + int(job[:10]) :]
+        return second[10:].split(b" ", 1)[0]
+    except (ValueError, IndexError) as error:
+        raise ValueError("not an assert-harness job") from error
+
+
+_DETAILS = (
+    "hack",
+    "calls",
+    "cpu_s",
+    "maxrss_kb",
+    "cases_passed",
+    "cases_total",
+    "reference_verdict",
+    "reference_cpu_s",
+    "reference_maxrss_kb",
+)
+"""Facts of the harness's report kept in ``Judgement.details``."""
 
 
 def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
@@ -116,12 +184,20 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
     payload = _parse_report(run.report, nonce)
     if payload is not None and run.status is Status.OK:
         verdict = _REPORTED[payload["verdict"]]
+        details = {key: payload[key] for key in _DETAILS if key in payload}
         if verdict is Verdict.PASSED:
-            return Judgement(verdict, run)
+            return Judgement(verdict, run, details=details)
         error = ErrorDetail(
-            payload.get("type", ""), payload.get("message", ""), payload.get("traceback", "")
+            str(payload.get("type", "")),
+            str(payload.get("message", "")),
+            str(payload.get("traceback", "")),
         )
-        return Judgement(verdict, run, error=error, message=f"{error.type}: {error.message}")
+        message = f"{error.type}: {error.message}"
+        if verdict is Verdict.TAMPERED:
+            message = f"tampering detected ({payload.get('hack', 'unknown')}): {error.message}"
+        elif verdict is Verdict.SANDBOX_ERROR:
+            message = f"the test harness could not run the tests: {message}"
+        return Judgement(verdict, run, error=error, message=message, details=details)
     how = run.message or "exited with code 0"
     message = f"the program ended before the tests finished ({how}); no test report"
     stderr = _tail(run.stderr)
@@ -130,11 +206,22 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
     return Judgement(Verdict.ERROR, run, error=error, message=message)
 
 
-class AssertJudge:
-    """Judge HumanEval/MBPP-style tasks: run prompt + completion + tests + ``check()``.
+def test_context(task: Task) -> str:
+    """The code run before the tests in the harness: the task's prompt (operator data).
 
-    The program runs in the sandbox under :mod:`execgym.judges._assert_runner`, which
-    reports through fd 3 with a fresh random nonce per run.
+    Tests may call helpers the prompt defines (HumanEval/10 ``is_palindrome``,
+    HumanEval/32 ``poly``); a prompt that does not compile alone (a stub without a body)
+    contributes its import lines only.
+    """
+    return task.prompt if _compiles(task.prompt) else _import_lines(task.prompt)
+
+
+class AssertJudge:
+    """Judge HumanEval/MBPP-style tasks: the tests and the solution in separate processes.
+
+    The harness (:mod:`execgym.judges._assert_runner`) runs the tests; the solution runs
+    in a child process it calls through a pipe with plain data, which never holds the
+    report channel (fd 3), the run's nonce or the tests. See SECURITY.md.
     """
 
     name = "assert"
@@ -143,18 +230,49 @@ class AssertJudge:
         self._runner = _runner_source()
 
     async def judge(
-        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        mode: str = "check",
     ) -> Judgement:
         """Run one rollout's completion against ``task``'s tests in ``sandbox``.
 
+        Args:
+            task: The task.
+            completion: The model's code.
+            sandbox: Where to run.
+            limits: The run's limits.
+            mode: ``check`` (stop at the first failing assert), ``cases`` (count the
+                passing top-level statements of ``check``, for partial credit:
+                ``details["cases_passed"]``/``["cases_total"]``) or ``efficiency`` (run
+                the task's reference in the same run first: ``details["reference_cpu_s"]``
+                and ``["reference_maxrss_kb"]`` beside the candidate's ``cpu_s`` and
+                ``maxrss_kb``).
+
         Returns:
             The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
+
+        Raises:
+            ValueError: for an unknown ``mode``.
         """
+        if mode not in ("check", "cases", "efficiency"):
+            raise ValueError(f"unknown mode {mode!r}; use check, cases or efficiency")
         nonce = secrets.token_hex(16)
-        run = await sandbox.run_python(
-            self._runner,
-            stdin=encode_job(nonce, task.entry_point, build_program(task, completion), task.tests),
-            limits=limits,
-            want_report=True,
+        tests = split_cases(task.tests) if mode == "cases" else task.tests
+        reference = None
+        if mode == "efficiency" and task.reference is not None:
+            reference = build_program(task, task.reference)
+        job = encode_job(
+            nonce,
+            task.entry_point,
+            build_program(task, completion),
+            tests,
+            context=test_context(task),
+            mode=mode,
+            reference=reference,
         )
+        run = await sandbox.run_python(self._runner, stdin=job, limits=limits, want_report=True)
         return interpret_run(run, nonce)
