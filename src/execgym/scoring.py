@@ -19,7 +19,8 @@ from execgym.errors import Error, SandboxSetupFailed
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.reward import binary_reward
+from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
+from execgym.reward.evaluate import check_tools
 from execgym.sandbox.base import Sandbox
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Task
@@ -48,6 +49,8 @@ class ScoredRollout:
         isolation: The sandbox backend, ``"none"`` when not isolated.
         attempts: Sandbox runs made (2 when a sandbox error was retried).
         message: Why, for humans.
+        reward_breakdown: Every component of the reward, when the scorer has a
+            :class:`~execgym.reward.RewardSpec` (``reward`` is then its total).
     """
 
     index: int
@@ -59,6 +62,7 @@ class ScoredRollout:
     isolation: str
     attempts: int = 1
     message: str = ""
+    reward_breakdown: RewardBreakdown | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object written to the results file (one line per rollout)."""
@@ -87,6 +91,11 @@ class ScoredRollout:
             "isolation": self.isolation,
             "enforcement": dict(run.enforcement) if run else {},
             "attempts": self.attempts,
+            **(
+                {"reward_breakdown": self.reward_breakdown.to_json()}
+                if self.reward_breakdown is not None
+                else {}
+            ),
         }
 
 
@@ -119,6 +128,11 @@ class Scorer:
         limits: Limits for every run, overridden per task by ``Task.limits``.
         skipped_tasks: ``{task_id: why}`` for tasks left out of ``tasks`` because they
             were invalid, so their rollouts are told why rather than "unknown task".
+        reward: How to turn a judgement into a reward; ``None`` is the binary reward
+            (1.0 for a pass) without a breakdown.
+
+    Raises:
+        ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
     """
 
     def __init__(
@@ -127,12 +141,16 @@ class Scorer:
         sandbox: Sandbox,
         limits: Limits = DEFAULT_LIMITS,
         skipped_tasks: Mapping[str, str] | None = None,
+        reward: RewardSpec | None = None,
     ) -> None:
         self.tasks = tasks
         self.skipped_tasks = dict(skipped_tasks or {})
         self.sandbox = sandbox
         self.limits = limits
         self.judge = AssertJudge()
+        self.reward = reward
+        if reward is not None:
+            check_tools(reward)
 
     async def self_test(self) -> None:
         """Score a known-good rollout once, so a broken sandbox stops a batch at once.
@@ -179,7 +197,14 @@ class Scorer:
         for attempt in range(1, SANDBOX_ATTEMPTS + 1):
             try:
                 limits = task.limits_over(self.limits)
-                judgement = await self.judge.judge(task, rollout.completion, self.sandbox, limits)
+                judgement = await self.judge.judge(
+                    task,
+                    rollout.completion,
+                    self.sandbox,
+                    limits,
+                    cases=self.reward is not None and self.reward.needs_cases,
+                    measure_reference=self.reward is not None and self.reward.needs_reference,
+                )
             except Error as error:
                 return _invalid(item.index, task.task_id, rollout_id, str(error), isolation)
             except Exception as error:  # our bug: never the model's fault, never a 0
@@ -191,16 +216,22 @@ class Scorer:
                 "sandbox_error task_id=%s attempt=%d: %s", task.task_id, attempt, judgement.message
             )
         assert judgement is not None  # the loop runs at least once
+        reward = binary_reward(judgement.verdict)
+        breakdown = None
+        if self.reward is not None:
+            breakdown = await evaluate(self.reward, task, rollout.completion, judgement)
+            reward = breakdown.total
         return ScoredRollout(
             index=item.index,
             task_id=task.task_id,
             rollout_id=rollout_id,
             verdict=judgement.verdict,
-            reward=binary_reward(judgement.verdict),
+            reward=reward,
             judgement=judgement,
             isolation=judgement.run.isolation if judgement.run else isolation,
             attempts=attempt,
             message=judgement.message,
+            reward_breakdown=breakdown,
         )
 
     async def score(

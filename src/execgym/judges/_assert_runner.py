@@ -29,7 +29,7 @@ Protocol:
    An exception raised by the solution is rebuilt as the builtin exception of that
    name (or ``SolutionError``), so tests that expect one still work; ``SystemExit``,
    ``KeyboardInterrupt`` or the solution process dying end the tests as an ``error``.
-4. With a reference (mode ``efficiency``), the reference runs in its own process
+4. With a reference (part two ends with one), the reference runs in its own process
    first, against the same tests, and then the candidate: each process's CPU time and
    peak memory come from ``wait4``, measured in the same run under the same load. With
    mode ``cases``, each top-level statement of ``check`` is one case (rewritten by the

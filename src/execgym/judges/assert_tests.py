@@ -123,9 +123,8 @@ def encode_job(
         program: The solution's source.
         tests: Test code defining ``check(candidate)``.
         context: Code run before the tests in the harness (the task's prompt).
-        mode: ``check`` (stop at the first failure), ``cases`` (count passing cases),
-            ``efficiency`` (also run ``reference`` and measure both).
-        reference: A known-correct program, for ``efficiency``.
+        mode: ``check`` (stop at the first failure) or ``cases`` (count passing cases).
+        reference: A known-correct program, run first and measured beside the solution.
     """
 
     def utf8(text: str) -> bytes:
@@ -259,7 +258,8 @@ class AssertJudge:
         sandbox: Sandbox,
         limits: Limits,
         *,
-        mode: str = "check",
+        cases: bool = False,
+        measure_reference: bool = False,
     ) -> Judgement:
         """Run one rollout's completion against ``task``'s tests in ``sandbox``.
 
@@ -268,33 +268,28 @@ class AssertJudge:
             completion: The model's code.
             sandbox: Where to run.
             limits: The run's limits.
-            mode: ``check`` (stop at the first failing assert), ``cases`` (count the
-                passing top-level statements of ``check``, for partial credit:
-                ``details["cases_passed"]``/``["cases_total"]``) or ``efficiency`` (run
-                the task's reference in the same run first: ``details["reference_cpu_s"]``
-                and ``["reference_maxrss_kb"]`` beside the candidate's ``cpu_s`` and
-                ``maxrss_kb``).
+            cases: Count the passing top-level statements of ``check`` (partial credit,
+                ``details["cases_passed"]`` and ``["cases_total"]``) instead of stopping
+                at the first failing assert.
+            measure_reference: Also run the task's reference, first, in the same run,
+                and measure both: ``details["reference_cpu_s"]``,
+                ``["reference_maxrss_kb"]``, ``["cpu_s"]``, ``["maxrss_kb"]``. Ignored
+                for a task without a reference.
 
         Returns:
             The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
-
-        Raises:
-            ValueError: for an unknown ``mode``.
         """
-        if mode not in ("check", "cases", "efficiency"):
-            raise ValueError(f"unknown mode {mode!r}; use check, cases or efficiency")
         nonce = secrets.token_hex(16)
-        tests = split_cases(task.tests) if mode == "cases" else task.tests
         reference = None
-        if mode == "efficiency" and task.reference is not None:
+        if measure_reference and task.reference is not None:
             reference = build_program(task, task.reference)
         job = encode_job(
             nonce,
             task.entry_point,
             build_program(task, completion),
-            tests,
+            split_cases(task.tests) if cases else task.tests,
             context=test_context(task),
-            mode=mode,
+            mode="cases" if cases else "check",
             reference=reference,
         )
         run = await sandbox.run_python(self._runner, stdin=job, limits=limits, want_report=True)
