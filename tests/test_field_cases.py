@@ -18,9 +18,10 @@ Not yet covered (needs issue #4/#5/#7):
 - BC-21 stuck queue, BC-22 dead sandbox mid-run, BC-24 port exhaustion: need the broker,
   workers and a remote sandbox.
 - BC-25 at 200 runs with a stdin judge: needs a stdin/stdout judge (a batch check is here).
-- BC-36 hard-coded visible tests, writing the judge's results file: needs hidden tests
-  kept out of the sandbox and partial credit.
-- BC-39 empty solution scores full marks: needs dataset validation (null-solution run).
+- BC-38 through a call-based (stdin/stdout, ``fn_name``) judge: needs that judge; the
+  assert-judge form is tested here.
+- BC-39 as dataset validation that rejects such tasks: only the null-solution run on
+  HumanEval is here.
 - BC-40 gold solutions failing in the harness: needs dataset validation (reference runs).
 - BC-44 broken or over-specified tests: needs dataset validation and test quarantine.
 """
@@ -53,6 +54,7 @@ from execgym import (
     Verdict,
 )
 from execgym.limits import MiB
+from execgym.reward import load_spec
 from execgym.sandbox import BubblewrapSandbox
 from execgym.sandbox._cgroup import CgroupHost, detect_cgroups
 from execgym.sandbox.bwrap import interpreter_paths
@@ -808,17 +810,6 @@ NONCE_THEFTS = {
         "    return 0\nimport os, sys\n_f = sys._getframe()\n"
         "while 'nonce' not in _f.f_locals:\n    _f = _f.f_back\n"
         "os.write(3, _f.f_locals['nonce'] + b'\\n{\"verdict\": \"passed\"}\\n')\nos._exit(0)\n",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason=(
-                "BC-32/BC-33, left for the reward-integrity issue (#5): the tests and the "
-                "solution share one process, so the nonce is a local of the harness's main() "
-                "frame, a few sys._getframe().f_back away from the solution; writing "
-                '`nonce + b\'\\n{"verdict": "passed"}\\n\'` to fd 3 and os._exit(0) scores '
-                "verdict=passed, reward=1.0 for `return 0` (right: error or failed, 0.0). "
-                "The fix is to run the tests and the solution in separate processes."
-            ),
-        ),
     ),
     "nonce-from-rewound-stdin": pytest.param(
         "    return 0\nimport os\nos.lseek(0, 0, os.SEEK_SET)\n"
@@ -837,6 +828,102 @@ async def test_bc33_the_solution_cannot_reach_the_report_channel(
     result = await score(bwrap_sandbox, completion)
     assert result.verdict is not Verdict.PASSED, result.message
     assert result.reward == 0.0
+
+
+async def test_bc31_always_equal_object_is_tampered_zero(bwrap_sandbox) -> None:
+    """BC-31: ``_Any`` with ``__eq__`` True and ``__ne__`` False, returned by ``add``: the
+    result is serialized to plain data in the solution's process and compared in the
+    harness's, so the object never reaches ``==``: fail (``tampered``), 0.0."""
+    completion = (
+        "    return _Any()\n"
+        "class _Any:\n"
+        "    def __eq__(self, other): return True\n"
+        "    def __ne__(self, other): return False\n"
+    )
+    result = await score(bwrap_sandbox, completion)
+    assert (result.verdict, result.reward) == (Verdict.TAMPERED, 0.0)
+    assert "_Any" in result.message
+
+
+UNITTEST_ADD = Task(
+    task_id="field/unittest-add",
+    prompt='def add(a, b):\n    """Return a + b."""\n',
+    tests=(
+        "import unittest\n\ndef check(candidate):\n"
+        "    unittest.TestCase().assertEqual(candidate(2, 3), 5)\n"
+    ),
+    entry_point="add",
+)
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "    return 0\nimport unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n",
+        "    return 0\nopen('conftest.py', 'w').write("
+        "'def pytest_runtest_logreport(report):\\n    report.outcome = \"passed\"\\n')\n",
+    ],
+    ids=["unittest-assertEqual", "pytest-conftest"],
+)
+async def test_bc35_monkeypatching_unittest_or_pytest_scores_zero(
+    bwrap_sandbox, completion: str
+) -> None:
+    """BC-35: the test framework lives in the harness's process, loaded before and apart
+    from the solution; patches and conftest files reach nothing: fail, 0.0."""
+    result = await score(bwrap_sandbox, completion, task=UNITTEST_ADD)
+    assert (result.verdict, result.reward) == (Verdict.FAILED, 0.0), result.message
+    honest = await score(bwrap_sandbox, CORRECT_ADD, task=UNITTEST_ADD)
+    assert (honest.verdict, honest.reward) == (Verdict.PASSED, 1.0)
+
+
+SQUARE = Task(
+    task_id="field/square",
+    prompt="def f(x):\n",
+    tests=(
+        "def check(candidate):\n"
+        "    assert candidate(2) == 4\n"
+        "    assert candidate(3) == 9\n"
+        "    assert candidate(5) == 25\n"
+    ),
+    entry_point="f",
+)
+
+
+async def test_bc36_hard_coded_visible_tests_binary_zero_fraction_two_thirds(
+    bwrap_sandbox,
+) -> None:
+    """BC-36: ``{2: 4, 3: 9}[x]`` misses the hidden ``f(5) == 25``: 0.0 with binary
+    rewards, 2/3 with partial credit."""
+    completion = "    return {2: 4, 3: 9}.get(x)\n"
+    scored = {}
+    for preset in ("binary", "fraction"):
+        scorer = Scorer({SQUARE.task_id: SQUARE}, bwrap_sandbox, FAST, reward=load_spec(preset))
+        scored[preset] = await scorer.score_one(
+            RolloutLine(0, Rollout(task_id=SQUARE.task_id, completion=completion))
+        )
+    assert scored["binary"].reward == 0.0
+    assert scored["fraction"].reward == pytest.approx(2 / 3)
+    assert scored["fraction"].verdict is Verdict.FAILED
+
+
+async def test_bc36_the_results_file_is_not_writable_from_the_sandbox(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    """BC-36, tamper variant: writing "all passed" to the judge's results file."""
+    results = tmp_path / "results.jsonl"
+    results.write_text("")
+    completion = (
+        "    return 0\nimport os\n"
+        f"for path in ({str(results)!r}, 'results.jsonl', '/work/results.jsonl'):\n"
+        "    try:\n"
+        '        open(path, \'w\').write(\'{"verdict": "passed", "reward": 1.0}\\n\')\n'
+        "    except OSError as error:\n"
+        "        print('refused', path, error.strerror)\n"
+    )
+    result = await score(bwrap_sandbox, completion)
+    assert (result.verdict, result.reward) == (Verdict.FAILED, 0.0)
+    assert results.read_text() == ""
+    assert f"refused {results}" in run_of(result).stdout.decode()
 
 
 # --- harness-bug ---------------------------------------------------------------------------
@@ -872,3 +959,60 @@ async def test_bc42_exact_case_prompt_without_trailing_newline(bwrap_sandbox) ->
         bwrap_sandbox, "def total(xs: List[int]) -> int:\n    return sum(xs)", task=task
     )
     assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
+
+
+async def test_bc38_a_raising_solution_with_an_empty_expected_output_is_an_error(
+    bwrap_sandbox,
+) -> None:
+    """BC-38: ``solve`` raises, the expected output is ``""``: RE, 0.0 (the exception
+    reaches the test as an exception, never as an empty result)."""
+    task = Task(
+        task_id="field/empty-expected",
+        prompt="def solve(x):\n",
+        tests="def check(candidate):\n    assert candidate(1) == ''\n",
+        entry_point="solve",
+    )
+    result = await score(bwrap_sandbox, "    raise ValueError('no')\n", task=task)
+    assert (result.verdict, result.reward) == (Verdict.ERROR, 0.0)
+    assert error_of(result).type == "ValueError"
+
+
+@pytest.mark.slow
+async def test_bc39_the_null_solution_scores_zero_on_every_humaneval_task(bwrap_sandbox) -> None:
+    """BC-39: ``pass`` (a function returning ``None``) submitted to all 164 tasks: 0 on
+    every one. (A task where it scores above 0 would be rejected by dataset validation.)"""
+    from execgym import load_dataset
+    from execgym.sandbox import WarmPoolSandbox
+
+    tasks = load_dataset("humaneval")
+    items = [
+        RolloutLine(i, Rollout(task_id=task_id, completion="    pass\n"))
+        for i, task_id in enumerate(tasks)
+    ]
+    async with WarmPoolSandbox() as pool:
+        results = await Scorer(tasks, pool, Limits(wall_time_s=10)).score(items, workers=2)
+    assert len(results) == 164
+    assert [r.task_id for r in results if r.reward != 0.0] == []
+    assert {r.verdict for r in results} <= {Verdict.FAILED, Verdict.ERROR}
+
+
+REMOVE_ZEROS = Task(
+    task_id="field/remove-zeros",
+    prompt="class Solution:\n    def removeZeros(self, s: str) -> str:\n",
+    tests="def check(candidate):\n    assert candidate('1200') == '12'\n",
+    entry_point="removeZeros",
+)
+
+
+async def test_bc43_class_solution_method_is_the_entry_point(bwrap_sandbox) -> None:
+    """BC-43: ``class Solution`` with the entry point as a method: pass, 1.0; neither a
+    function nor a method of that name: an error naming it, 0.0."""
+    answer = (
+        "class Solution:\n    def removeZeros(self, s: str) -> str:\n        return s.rstrip('0')\n"
+    )
+    result = await score(bwrap_sandbox, answer, task=REMOVE_ZEROS)
+    assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
+    wrong = "class Solution:\n    def strip(self, s: str) -> str:\n        return s\n"
+    missing = await score(bwrap_sandbox, wrong, task=REMOVE_ZEROS)
+    assert (missing.verdict, missing.reward) == (Verdict.ERROR, 0.0)
+    assert "no function or Solution method 'removeZeros'" in missing.message

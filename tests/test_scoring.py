@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from execgym import Rollout, RolloutLine, Scorer, Task, Verdict
-from execgym.judges.assert_tests import START_MARKER, _parse_report
+from execgym.judges.assert_tests import START_MARKER, _parse_report, job_nonce
 from execgym.sandbox import Status
 from execgym.tasks import LineProblem
 from execgym.testing import FakeCall, FakeSandbox, fake_result
@@ -19,7 +19,7 @@ TASK = Task(
 
 
 def passing(call: FakeCall) -> object:
-    nonce = call.stdin.split(b" ")[1]
+    nonce = job_nonce(call.stdin)
     return fake_result(report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n')
 
 
@@ -93,7 +93,7 @@ async def test_score_streams_results_and_returns_them_in_input_order() -> None:
     async def slow_run(argv, *, stdin=b"", files=None, limits=None, env=None, want_report=False):
         index = int(stdin.split(b"return ")[1].split(b"\n")[0])
         await asyncio.sleep(delays[index])
-        nonce = stdin.split(b" ")[1]
+        nonce = job_nonce(stdin)
         return fake_result(report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n')
 
     box = FakeSandbox(passing)

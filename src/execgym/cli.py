@@ -22,6 +22,7 @@ import click
 from execgym._version import __version__
 from execgym.errors import Error, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
+from execgym.reward import load_spec
 from execgym.sandbox import ISOLATIONS, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.summary import summarize
@@ -202,6 +203,14 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
     is_flag=True,
     help="Let --isolation none run untrusted code as root (refused otherwise).",
 )
+@click.option(
+    "--reward",
+    "reward_name",
+    default=None,
+    metavar="PRESET|FILE.toml",
+    help="Reward spec: binary, fraction, quality, or a TOML file; results then carry "
+    "reward_breakdown [default: the binary reward, no breakdown].",
+)
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
@@ -216,6 +225,7 @@ def score(
     ks: str,
     warm_pool: bool,
     allow_root: bool,
+    reward_name: str | None,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
@@ -223,6 +233,7 @@ def score(
     Examples:
       execgym score --dataset humaneval --solutions canonical -o results.jsonl
       execgym score tasks.jsonl rollouts.jsonl -o results.jsonl --timeout 5 --memory 256MiB
+      execgym score --dataset humaneval --solutions canonical --reward quality
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     k_values = _parse_ks(ks)
     try:
@@ -231,6 +242,7 @@ def score(
             cpu_time_s=cpu_time_s if cpu_time_s is not None else wall_time_s,
             memory_bytes=memory_bytes,
         )
+        reward = load_spec(reward_name) if reward_name is not None else None
         tasks, items, skipped = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
         sandbox = (
             WarmPoolSandbox()
@@ -247,7 +259,10 @@ def score(
             err=True,
         )
     _warn_unknown_tasks(tasks, skipped, items)
-    scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped)
+    try:
+        scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped, reward=reward)
+    except Error as error:
+        raise click.ClickException(str(error)) from error
     started = time.monotonic()
     results = _score_to_file(scorer, items, workers, output)
     summary = summarize(results, time.monotonic() - started, k_values)

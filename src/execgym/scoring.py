@@ -24,7 +24,8 @@ from execgym.judges.function_call import FunctionCallJudge
 from execgym.judges.pytest_tests import PytestJudge
 from execgym.judges.stdio import StdioJudge
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.reward import binary_reward
+from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
+from execgym.reward.evaluate import check_tools
 from execgym.sandbox.base import Sandbox
 from execgym.tasks.extract import extract_code
 from execgym.tasks.loaders import LineProblem, RolloutLine
@@ -54,6 +55,8 @@ class ScoredRollout:
         isolation: The sandbox backend, ``"none"`` when not isolated.
         attempts: Sandbox runs made (2 when a sandbox error was retried).
         message: Why, for humans.
+        reward_breakdown: Every component of the reward, when the scorer has a
+            :class:`~execgym.reward.RewardSpec` (``reward`` is then its total).
     """
 
     index: int
@@ -65,6 +68,7 @@ class ScoredRollout:
     isolation: str
     attempts: int = 1
     message: str = ""
+    reward_breakdown: RewardBreakdown | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object written to the results file (one line per rollout)."""
@@ -94,6 +98,11 @@ class ScoredRollout:
             "enforcement": dict(run.enforcement) if run else {},
             "attempts": self.attempts,
             "details": dict(self.judgement.details) if self.judgement else {},
+            **(
+                {"reward_breakdown": self.reward_breakdown.to_json()}
+                if self.reward_breakdown is not None
+                else {}
+            ),
         }
 
 
@@ -134,6 +143,12 @@ class Scorer:
     :class:`StdioJudge`; ``function_call``: :class:`FunctionCallJudge`; ``pytest``:
     :class:`PytestJudge`). A completion holding markdown fences is reduced to its code
     first by :func:`~execgym.tasks.extract.extract_code`.
+
+        reward: How to turn a judgement into a reward; ``None`` is the binary reward
+            (1.0 for a pass) without a breakdown.
+
+    Raises:
+        ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
     """
 
     def __init__(
@@ -143,6 +158,7 @@ class Scorer:
         limits: Limits = DEFAULT_LIMITS,
         skipped_tasks: Mapping[str, str] | None = None,
         builder: Builder | None = None,
+        reward: RewardSpec | None = None,
     ) -> None:
         self.tasks = tasks
         self.skipped_tasks = dict(skipped_tasks or {})
@@ -154,9 +170,16 @@ class Scorer:
         self._stdio = StdioJudge(self.builder)
         self._call = FunctionCallJudge()
         self._pytest = PytestJudge()
+        self.reward = reward
+        if reward is not None:
+            check_tools(reward)
 
     async def judge_rollout(self, task: Task, rollout: Rollout, limits: Limits) -> Judgement:
-        """Judge one rollout of ``task`` with the judge of the task's kind."""
+        """Judge one rollout of ``task`` with the judge of the task's kind.
+
+        The reward specification decides what the Python assert judge measures besides
+        the verdict: passing cases (partial credit) and the reference's cost.
+        """
         completion = extract_code(rollout.completion, task.language)
         if task.kind == "stdio":
             return await self._stdio.judge(task, completion, self.sandbox, limits)
@@ -166,7 +189,14 @@ class Scorer:
             return await self._pytest.judge(task, completion, self.sandbox, limits, rollout.files)
         if task.language != "python":
             return await self._native.judge(task, completion, self.sandbox, limits)
-        return await self.judge.judge(task, completion, self.sandbox, limits)
+        return await self.judge.judge(
+            task,
+            completion,
+            self.sandbox,
+            limits,
+            cases=self.reward is not None and self.reward.needs_cases,
+            measure_reference=self.reward is not None and self.reward.needs_reference,
+        )
 
     async def self_test(self) -> None:
         """Score a known-good rollout once, so a broken sandbox stops a batch at once.
@@ -225,16 +255,22 @@ class Scorer:
                 "sandbox_error task_id=%s attempt=%d: %s", task.task_id, attempt, judgement.message
             )
         assert judgement is not None  # the loop runs at least once
+        reward = binary_reward(judgement.verdict)
+        breakdown = None
+        if self.reward is not None:
+            breakdown = await evaluate(self.reward, task, rollout.completion, judgement)
+            reward = breakdown.total
         return ScoredRollout(
             index=item.index,
             task_id=task.task_id,
             rollout_id=rollout_id,
             verdict=judgement.verdict,
-            reward=binary_reward(judgement.verdict),
+            reward=reward,
             judgement=judgement,
             isolation=judgement.run.isolation if judgement.run else isolation,
             attempts=attempt,
             message=judgement.message,
+            reward_breakdown=breakdown,
         )
 
     async def score(

@@ -130,10 +130,13 @@ def test_limits_decide_before_the_report() -> None:
 
 
 def test_job_encoding_counts_bytes_not_characters() -> None:
-    job = encode_job("n" * 32, "f", "é = 1\n", "def check(c): pass\n")
-    header, _, body = job.partition(b"\n")
-    assert header.split()[3:] == [b"7", b"19"]
-    assert body.decode() == "é = 1\ndef check(c): pass\n"
+    job = encode_job("n" * 32, "f", "é = 1\n", "def check(c): pass\n", context="ü = 2\n")
+    assert job[:10] == b"%010d" % len("f\né = 1\n".encode())
+    second = job[10 + int(job[:10]) :]
+    header, _, body = second[10:].partition(b"\n")
+    assert int(second[:10]) == len(second) - 10
+    assert header.split()[1:] == [b"check", b"7", b"19"]
+    assert body.decode() == "ü = 2\ndef check(c): pass\n"
 
 
 def test_no_start_marker_means_the_sandbox_failed_not_the_model() -> None:
@@ -207,7 +210,7 @@ async def test_the_job_cannot_be_read_back_from_stdin(bwrap_sandbox) -> None:
     result = await judge(bwrap_sandbox, completion)
     assert result.verdict is Verdict.PASSED
     assert result.run is not None
-    assert b"EXECGYM1" not in result.run.stdout
+    assert b"def check" not in result.run.stdout
 
 
 async def test_replacing_harness_names_in_main_changes_nothing(bwrap_sandbox) -> None:
@@ -218,4 +221,5 @@ async def test_replacing_harness_names_in_main_changes_nothing(bwrap_sandbox) ->
         "        setattr(__main__, name, lambda *a, **k: None)\n"
     )
     result = await judge(bwrap_sandbox, completion)
-    assert result.verdict is Verdict.FAILED
+    # It can only break its own process (the harness is another one): never a pass.
+    assert result.verdict in (Verdict.FAILED, Verdict.ERROR), result.message

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import marshal
 import secrets
+import sys
 from importlib import resources
 
+from execgym.judges._cases import split_cases
 from execgym.judges.base import (
     RUN_STATUS_VERDICT,
     START_MARKER,  # noqa: F401 - re-exported (tests, users)
@@ -22,12 +25,41 @@ from execgym.tasks.models import Task
 
 _RUN_STATUS_VERDICT = RUN_STATUS_VERDICT
 _REPORTED = {
-    v.value: v for v in (Verdict.PASSED, Verdict.FAILED, Verdict.ERROR, Verdict.MEMORY_EXCEEDED)
+    v.value: v
+    for v in (
+        Verdict.PASSED,
+        Verdict.FAILED,
+        Verdict.ERROR,
+        Verdict.MEMORY_EXCEEDED,
+        Verdict.TAMPERED,
+    )
 }
+_REPORTED["harness_error"] = Verdict.SANDBOX_ERROR
 
 
 def _runner_source() -> bytes:
     return resources.files("execgym.judges").joinpath("_assert_runner.py").read_bytes()
+
+
+def runner_program() -> bytes:
+    """The script the sandbox runs: the harness, compiled once here, as marshalled code.
+
+    Compiling the harness's source costs about 10 ms per run on a loaded machine, more
+    than the rest of the harness; a marshalled code object loads in well under 1 ms.
+    The sandbox runs the interpreter that runs execgym, so the format matches; should it
+    not, the script stops before the harness starts, which the judge reports as a
+    ``sandbox_error`` with the reason.
+    """
+    code = compile(_runner_source(), "runner.py", "exec", dont_inherit=True)
+    tag = repr(sys.implementation.cache_tag or "").encode()
+    return (
+        b"import marshal, sys\n"
+        b"if sys.implementation.cache_tag != " + tag + b":\n"
+        b"    sys.exit('execgym: the sandbox runs another interpreter (%s) than execgym ("
+        + tag.strip(b"'")
+        + b"); run the sandbox with execgym\\'s own interpreter' % sys.implementation.cache_tag)\n"
+        b"exec(marshal.loads(" + repr(marshal.dumps(code)).encode() + b"))\n"
+    )
 
 
 _FULL_SOLUTION_STARTS = ("def ", "async def ", "class ", "import ", "from ", "@")
@@ -65,12 +97,70 @@ def _import_lines(prompt: str) -> str:
     )
 
 
-def encode_job(nonce: str, entry_point: str, program: str, tests: str) -> bytes:
-    """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`)."""
-    program_bytes = program.encode("utf-8", "surrogatepass")
-    tests_bytes = tests.encode("utf-8", "surrogatepass")
-    header = f"EXECGYM1 {nonce} {entry_point} {len(program_bytes)} {len(tests_bytes)}\n"
-    return header.encode("utf-8") + program_bytes + tests_bytes
+def _part(data: bytes) -> bytes:
+    return b"%010d" % len(data) + data
+
+
+def encode_job(
+    nonce: str,
+    entry_point: str,
+    program: str,
+    tests: str,
+    *,
+    context: str = "",
+    mode: str = "check",
+    reference: str | None = None,
+) -> bytes:
+    """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`).
+
+    Part one (the solution's program and entry point) is read before the solution's
+    process is forked; part two (nonce, mode, the tests' context, the tests, the
+    reference) only after, so the solution never has them in memory.
+
+    Args:
+        nonce: The run's secret tag for the report.
+        entry_point: The function the tests call.
+        program: The solution's source.
+        tests: Test code defining ``check(candidate)``.
+        context: Code run before the tests in the harness (the task's prompt).
+        mode: ``check`` (stop at the first failure) or ``cases`` (count passing cases).
+        reference: A known-correct program, run first and measured beside the solution.
+    """
+
+    def utf8(text: str) -> bytes:
+        return text.encode("utf-8", "surrogatepass")
+
+    head = f"{nonce} {mode} {len(utf8(context))} {len(utf8(tests))}\n".encode()
+    return _part(utf8(entry_point) + b"\n" + utf8(program)) + _part(
+        head + utf8(context) + utf8(tests) + utf8(reference or "")
+    )
+
+
+def job_nonce(job: bytes) -> bytes:
+    """The nonce of a job made by :func:`encode_job` (for test doubles that fake reports).
+
+    Raises:
+        ValueError: if ``job`` is not such a job.
+    """
+    try:
+        second = job[10 + int(job[:10]) :]
+        return second[10:].split(b" ", 1)[0]
+    except (ValueError, IndexError) as error:
+        raise ValueError("not an assert-harness job") from error
+
+
+_DETAILS = (
+    "hack",
+    "calls",
+    "cpu_s",
+    "maxrss_kb",
+    "cases_passed",
+    "cases_total",
+    "reference_verdict",
+    "reference_cpu_s",
+    "reference_maxrss_kb",
+)
+"""Facts of the harness's report kept in ``Judgement.details``."""
 
 
 def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
@@ -104,12 +194,20 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
     payload = _parse_report(run.report, nonce)
     if payload is not None and run.status is Status.OK:
         verdict = _REPORTED[payload["verdict"]]
+        details = {key: payload[key] for key in _DETAILS if key in payload}
         if verdict is Verdict.PASSED:
-            return Judgement(verdict, run)
+            return Judgement(verdict, run, details=details)
         error = ErrorDetail(
-            payload.get("type", ""), payload.get("message", ""), payload.get("traceback", "")
+            str(payload.get("type", "")),
+            str(payload.get("message", "")),
+            str(payload.get("traceback", "")),
         )
-        return Judgement(verdict, run, error=error, message=f"{error.type}: {error.message}")
+        message = f"{error.type}: {error.message}"
+        if verdict is Verdict.TAMPERED:
+            message = f"tampering detected ({payload.get('hack', 'unknown')}): {error.message}"
+        elif verdict is Verdict.SANDBOX_ERROR:
+            message = f"the test harness could not run the tests: {message}"
+        return Judgement(verdict, run, error=error, message=message, details=details)
     how = run.message or "exited with code 0"
     message = f"the program ended before the tests finished ({how}); no test report"
     stderr = _tail(run.stderr)
@@ -118,33 +216,69 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
     return Judgement(Verdict.ERROR, run, error=error, message=message)
 
 
-class AssertJudge:
-    """Judge HumanEval/MBPP-style tasks: run prompt + completion + tests + ``check()``.
+def test_context(task: Task) -> str:
+    """The code run before the tests in the harness: the task's prompt (operator data).
 
-    The program runs in the sandbox under :mod:`execgym.judges._assert_runner`, which
-    reports through fd 3 with a fresh random nonce per run.
+    Tests may call helpers the prompt defines (HumanEval/10 ``is_palindrome``,
+    HumanEval/32 ``poly``); a prompt that does not compile alone (a stub without a body)
+    contributes its import lines only.
+    """
+    return task.prompt if _compiles(task.prompt) else _import_lines(task.prompt)
+
+
+class AssertJudge:
+    """Judge HumanEval/MBPP-style tasks: the tests and the solution in separate processes.
+
+    The harness (:mod:`execgym.judges._assert_runner`) runs the tests; the solution runs
+    in a child process it calls through a pipe with plain data, which never holds the
+    report channel (fd 3), the run's nonce or the tests. See SECURITY.md.
     """
 
     name = "assert"
 
     def __init__(self) -> None:
-        self._runner = _runner_source()
+        self._runner = runner_program()
 
     async def judge(
-        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        cases: bool = False,
+        measure_reference: bool = False,
     ) -> Judgement:
         """Run one rollout's completion against ``task``'s tests in ``sandbox``.
+
+        Args:
+            task: The task.
+            completion: The model's code.
+            sandbox: Where to run.
+            limits: The run's limits.
+            cases: Count the passing top-level statements of ``check`` (partial credit,
+                ``details["cases_passed"]`` and ``["cases_total"]``) instead of stopping
+                at the first failing assert.
+            measure_reference: Also run the task's reference, first, in the same run,
+                and measure both: ``details["reference_cpu_s"]``,
+                ``["reference_maxrss_kb"]``, ``["cpu_s"]``, ``["maxrss_kb"]``. Ignored
+                for a task without a reference.
 
         Returns:
             The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
         """
         nonce = secrets.token_hex(16)
-        run = await sandbox.run_python(
-            self._runner,
-            stdin=encode_job(
-                nonce, task.entry_point or "", build_program(task, completion), task.tests or ""
-            ),
-            limits=limits,
-            want_report=True,
+        reference = None
+        if measure_reference and task.reference is not None:
+            reference = build_program(task, task.reference)
+        job = encode_job(
+            nonce,
+            task.entry_point or "",
+            build_program(task, completion),
+            split_cases(task.tests or "") if cases else task.tests or "",
+            context=test_context(task),
+            mode="cases" if cases else "check",
+            reference=reference,
         )
+        run = await sandbox.run_python(self._runner, stdin=job, limits=limits, want_report=True)
         return interpret_run(run, nonce)

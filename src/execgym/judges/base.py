@@ -20,6 +20,7 @@ class Verdict(enum.Enum):
     PASSED = "passed"  # every test passed
     FAILED = "failed"  # an assertion failed
     ERROR = "error"  # another exception (type, message and traceback are kept)
+    TAMPERED = "tampered"  # a detected hack (a forged answer, an always-equal object)
     TIMEOUT = "timeout"  # wall-clock or CPU budget spent
     MEMORY_EXCEEDED = "memory_exceeded"  # past its memory limit
     OUTPUT_EXCEEDED = "output_exceeded"  # wrote more than max_output_bytes

@@ -1,0 +1,174 @@
+"""Score one judged rollout under a :class:`~execgym.reward.spec.RewardSpec`.
+
+Correctness and efficiency read the judge's report; static analysis, complexity and
+security read the program as text (on the host, in a thread); coverage runs in the
+sandbox; penalties call the user's function on the completion's text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import warnings
+from typing import Any
+
+from execgym.errors import ConfigError
+from execgym.judges.assert_tests import build_program
+from execgym.judges.base import Judgement, Verdict
+from execgym.reward.combine import ComponentScore, RewardBreakdown, combine
+from execgym.reward.spec import (
+    Complexity,
+    Correctness,
+    Efficiency,
+    Penalty,
+    RewardSpec,
+    Security,
+    Static,
+)
+from execgym.reward.static import Measured, complexity_score, security_score, static_score
+from execgym.tasks.models import Task
+
+log = logging.getLogger(__name__)
+
+_TOOLS = {
+    Static: ("ruff",),
+    Complexity: ("radon.complexity", "radon.metrics"),
+    Security: ("bandit.core.manager", "bandit.core.config"),
+}
+
+
+def check_tools(spec: RewardSpec) -> None:
+    """Fail early if a component's tool is not installed.
+
+    Raises:
+        ConfigError: naming the tool and how to install it.
+    """
+    for component in spec.components:
+        for module in _TOOLS.get(type(component), ()):
+            try:  # imported here, once, in the main thread: bandit's plugins warn on load
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    logging.getLogger("stevedore").setLevel(logging.CRITICAL)
+                    importlib.import_module(module)
+            except ImportError as error:
+                tool = module.split(".")[0]
+                raise ConfigError(
+                    f"the {component.kind} reward component needs {tool}: "
+                    "pip install 'execgym[rewards]'"
+                ) from error
+
+
+def correctness_score(judgement: Judgement, spec: Correctness) -> Measured:
+    """The :class:`~execgym.reward.spec.Correctness` component."""
+    if judgement.verdict is Verdict.PASSED:
+        return Measured(1.0, "every test passed")
+    if spec.mode == "fraction":
+        passed = judgement.details.get("cases_passed")
+        total = judgement.details.get("cases_total")
+        if isinstance(passed, int) and isinstance(total, int) and total > 0:
+            return Measured(passed / total, f"{passed} of {total} cases passed")
+    return Measured(0.0, judgement.verdict.value)
+
+
+def efficiency_score(judgement: Judgement, spec: Efficiency) -> Measured:
+    """The :class:`~execgym.reward.spec.Efficiency` component (from the judge's report)."""
+    details = judgement.details
+    needed = ("cpu_s", "maxrss_kb", "reference_cpu_s", "reference_maxrss_kb")
+    values = [details.get(key) for key in needed]
+    if details.get("reference_verdict") != "passed" or not all(
+        isinstance(v, int | float) and v > 0 for v in values
+    ):
+        return Measured(None, "no measured reference for this task")
+    cpu, rss, ref_cpu, ref_rss = (float(v) for v in values)  # type: ignore[arg-type]
+    time_ratio = max(ref_cpu, spec.min_cpu_s) / max(cpu, spec.min_cpu_s)
+    memory_ratio = ref_rss / rss
+    score = 0.5 * min(1.0, time_ratio) + 0.5 * min(1.0, memory_ratio)
+    detail = (
+        f"CPU {cpu * 1000:.1f} ms vs reference {ref_cpu * 1000:.1f} ms; "
+        f"peak memory {rss / 1024:.1f} MiB vs {ref_rss / 1024:.1f} MiB"
+    )
+    return Measured(score, detail)
+
+
+def penalty_of(task: Task, completion: str, spec: Penalty) -> Measured:
+    """The :class:`~execgym.reward.spec.Penalty` component: ``p`` in [0, 1].
+
+    Raises:
+        ConfigError: never; a function returning a non-number, or raising, is a bug
+            of the spec's author and propagates as is.
+    """
+    if spec.function is not None:
+        value = float(spec.function(completion, task))
+        return Measured(min(1.0, max(0.0, value)), f"{spec.function.__name__} = {value:.3f}")
+    if spec.max_chars is not None:
+        over = (len(completion) - spec.max_chars) / spec.max_chars
+        return Measured(
+            min(1.0, max(0.0, over)), f"{len(completion)} chars, {spec.max_chars} allowed"
+        )
+    return Measured(0.0, "no penalty configured")
+
+
+def _quality(program: str, completion: str, component: Any) -> Measured:
+    if isinstance(component, Static):
+        start = program.rfind(completion) if completion else -1
+        first_line = program[:start].count("\n") + 1 if start >= 0 else 1
+        return static_score(program, component, first_line=first_line)
+    if isinstance(component, Complexity):
+        return complexity_score(program, component)
+    return security_score(program, component)
+
+
+async def evaluate(
+    spec: RewardSpec, task: Task, completion: str, judgement: Judgement
+) -> RewardBreakdown:
+    """The reward of one judged rollout.
+
+    Args:
+        spec: The reward specification.
+        task: The rollout's task.
+        completion: The model's code.
+        judgement: What the judge said (run with ``cases`` / ``measure_reference``
+            as ``spec.needs_cases`` / ``spec.needs_reference`` ask).
+
+    Returns:
+        The breakdown; ``total`` is ``None`` for a masked verdict and 0 for ``tampered``.
+
+    Raises:
+        ConfigError: if a component's tool (ruff, radon, bandit) is missing.
+    """
+    check_tools(spec)
+    penalties = frozenset({"penalty"})
+    if judgement.verdict.is_masked:
+        return RewardBreakdown(None, spec.name, (), f"masked: {judgement.verdict.value}")
+    if judgement.verdict is Verdict.TAMPERED:
+        hack = judgement.details.get("hack", "tampering")
+        zero = tuple(ComponentScore(c.kind, 0.0, c.weight, "tampered") for c in spec.components)
+        return RewardBreakdown(0.0, spec.name, zero, f"0 = tampered ({hack})")
+    program = build_program(task, completion)
+    passed = judgement.verdict is Verdict.PASSED
+    gated = spec.gate == "passed" and not passed
+    scores: list[ComponentScore] = []
+    for component in spec.components:
+        if isinstance(component, Correctness):
+            measured = correctness_score(judgement, component)
+        elif isinstance(component, Penalty):
+            measured = penalty_of(task, completion, component)
+        elif gated:
+            measured = Measured(0.0, f"gated: the rollout did not pass ({judgement.verdict.value})")
+        elif isinstance(component, Efficiency):
+            measured = efficiency_score(judgement, component)
+        elif isinstance(component, Static | Complexity | Security):
+            try:
+                measured = await asyncio.to_thread(_quality, program, completion, component)
+            except ConfigError:
+                raise
+            except Exception as error:  # the tool's bug, not the model's fault: left out
+                log.warning("reward component %s failed: %r", component.kind, error)
+                measured = Measured(None, f"{component.kind} tool failed: {error!r}"[:300])
+        else:  # Coverage: scored by execgym.reward.coverage, not from a judgement
+            measured = Measured(None, "coverage applies to tasks where the model writes tests")
+        scores.append(
+            ComponentScore(component.kind, measured.score, component.weight, measured.detail)
+        )
+    return combine(spec.name, scores, penalties=penalties)

@@ -1,0 +1,154 @@
+"""Static analysis components: ruff findings per line, radon complexity, bandit security.
+
+Every tool here reads the program as text (ruff parses it in Rust, radon and bandit
+walk Python's ``ast``); none imports or executes it, so they run on the host. They
+are CPU-bound and blocking: :mod:`execgym.reward.evaluate` calls them in a thread.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import warnings
+from dataclasses import dataclass
+from functools import cache
+
+from execgym.errors import ConfigError
+from execgym.reward.spec import Complexity, Security, Static
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A component's score in [0, 1] (``None``: not applicable) and why, for humans."""
+
+    score: float | None
+    detail: str
+
+
+def _clamp(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def parses(program: str) -> bool:
+    """Whether ``program`` is valid Python (parsed only, never run)."""
+    try:
+        ast.parse(program)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _code_lines(program: str) -> int:
+    return max(1, sum(1 for line in program.splitlines() if line.strip()))
+
+
+@cache
+def _ruff() -> str:
+    try:
+        from ruff.__main__ import find_ruff_bin
+    except ImportError as error:
+        raise ConfigError(
+            "the static component needs ruff: pip install 'execgym[rewards]'"
+        ) from error
+    return str(find_ruff_bin())
+
+
+def ruff_findings(program: str, spec: Static) -> list[dict[str, object]]:
+    """The findings of ruff on ``program`` (``--isolated``: no config file is read).
+
+    Raises:
+        ConfigError: if ruff is not installed or fails.
+    """
+    argv = [_ruff(), "check", "--isolated", "--no-cache", "--output-format", "json", "--quiet"]
+    argv += ["--select", ",".join(spec.select), "--stdin-filename", "solution.py"]
+    if spec.ignore:
+        argv += ["--ignore", ",".join(spec.ignore)]
+    done = subprocess.run(
+        [*argv, "-"], input=program.encode(), capture_output=True, timeout=30, check=False
+    )
+    if done.returncode not in (0, 1):
+        raise ConfigError(f"ruff failed ({done.returncode}): {done.stderr.decode()[-500:]}")
+    findings: list[dict[str, object]] = json.loads(done.stdout or b"[]")
+    return findings
+
+
+def static_score(program: str, spec: Static, *, first_line: int = 1) -> Measured:
+    """The :class:`~execgym.reward.spec.Static` component.
+
+    Args:
+        program: The whole program (prompt + completion), analysed together.
+        spec: The component's options.
+        first_line: The program's line where the model's code starts: findings above
+            it (in the task's prompt) are not the model's and are not counted, nor are
+            those lines.
+    """
+    if not parses(program):
+        return Measured(0.0, "does not parse")
+    findings = [
+        f
+        for f in ruff_findings(program, spec)
+        if int(dict(f.get("location") or {}).get("row", first_line)) >= first_line
+    ]
+    lines = _code_lines("\n".join(program.splitlines()[first_line - 1 :]))
+    density = len(findings) / lines
+    codes = sorted({str(f.get("code")) for f in findings})
+    detail = f"{len(findings)} ruff finding(s) in {lines} lines" + (
+        f" ({', '.join(codes[:5])})" if codes else ""
+    )
+    return Measured(_clamp(1 - density / spec.max_findings_per_line), detail)
+
+
+def complexity_score(program: str, spec: Complexity) -> Measured:
+    """The :class:`~execgym.reward.spec.Complexity` component (radon)."""
+    try:
+        from radon.complexity import cc_visit
+        from radon.metrics import mi_visit
+    except ImportError as error:
+        raise ConfigError(
+            "the complexity component needs radon: pip install 'execgym[rewards]'"
+        ) from error
+    if not parses(program):
+        return Measured(0.0, "does not parse")
+    blocks = cc_visit(program)
+    mean_cc = sum(b.complexity for b in blocks) / len(blocks) if blocks else 1.0
+    mi = float(mi_visit(program, multi=True))
+    cc_part = _clamp((spec.cc_max - mean_cc) / (spec.cc_max - spec.cc_ok))
+    score = 0.5 * cc_part + 0.5 * _clamp(mi / 100)
+    return Measured(score, f"mean cyclomatic complexity {mean_cc:.1f}, maintainability {mi:.0f}")
+
+
+def security_score(program: str, spec: Security) -> Measured:
+    """The :class:`~execgym.reward.spec.Security` component (bandit)."""
+    try:
+        with warnings.catch_warnings():  # stevedore's deprecations, not ours
+            warnings.simplefilter("ignore")
+            from bandit.core import config as bandit_config
+            from bandit.core import manager as bandit_manager
+    except ImportError as error:
+        raise ConfigError(
+            "the security component needs bandit: pip install 'execgym[rewards]'"
+        ) from error
+    if not parses(program):
+        return Measured(0.0, "does not parse")
+    logging.getLogger("bandit").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="execgym-bandit-") as folder:
+        path = os.path.join(folder, "solution.py")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(program)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conf = bandit_config.BanditConfig()
+            profile = {"include": set(), "exclude": set(spec.skip)}
+            mgr = bandit_manager.BanditManager(conf, "file", quiet=True, profile=profile)
+            mgr.discover_files([path])
+            mgr.run_tests()
+        issues = mgr.get_issue_list()
+    weights = {"LOW": spec.low, "MEDIUM": spec.medium, "HIGH": spec.high}
+    weighted = sum(weights.get(str(i.severity), spec.low) for i in issues)
+    ids = sorted({i.test_id for i in issues})
+    detail = f"{len(issues)} bandit finding(s)" + (f" ({', '.join(ids[:5])})" if ids else "")
+    return Measured(_clamp(1 - weighted / spec.budget), detail)

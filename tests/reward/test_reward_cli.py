@@ -1,0 +1,57 @@
+"""``execgym score --reward``: presets and files, breakdowns in the results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from execgym.cli import main
+from tests.conftest import ONE_TASK, write_jsonl
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.slow
+def test_quality_scores_every_humaneval_task_with_a_breakdown(bwrap_sandbox, tmp_path) -> None:
+    out = tmp_path / "results.jsonl"
+    code, output = run(
+        "score", "--dataset", "humaneval", "--solutions", "canonical", "--reward", "quality",
+        "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, output
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(results) == 164
+    kinds = {"correctness", "static", "complexity", "security", "efficiency"}
+    for result in results:
+        breakdown = result["reward_breakdown"]
+        assert result["verdict"] == "passed"
+        assert set(breakdown["components"]) == kinds
+        assert all(c["score"] is not None for c in breakdown["components"].values())
+        assert 0.0 < result["reward"] <= 1.0
+        assert result["reward"] == breakdown["total"]
+        assert breakdown["explanation"].startswith(f"{result['reward']:.3f} = ")
+
+
+def test_reward_file_and_bad_reward(bwrap_sandbox, tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "rollouts.jsonl",
+        [{"task_id": "t/1", "completion": "    return 1\n"}, {"task_id": "t/1", "completion": ""}],
+    )
+    spec = tmp_path / "half.toml"
+    spec.write_text('[[component]]\nkind = "correctness"\nmode = "fraction"\n')
+    out = tmp_path / "results.jsonl"
+    code, output = run("score", str(tasks), str(rollouts), "--reward", str(spec), "-o", str(out))
+    assert code == 0, output
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["reward"] for r in sorted(results, key=lambda r: r["index"])] == [1.0, 0.0]
+    assert results[0]["reward_breakdown"]["spec"] == "half"
+    code, output = run("score", str(tasks), str(rollouts), "--reward", "qualty")
+    assert code == 1
+    assert "unknown reward 'qualty'" in output
