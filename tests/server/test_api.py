@@ -113,7 +113,7 @@ async def test_run_reports_output_and_usage(bwrap_client: httpx.AsyncClient) -> 
             "java",
             'public class Hi { public static void main(String[] a) { System.out.println("j"); } }',
             "j\n",
-        ),  # noqa: E501
+        ),
         ("rust", 'fn main() { println!("r"); }', "r\n"),
         ("nodejs", "console.log('n')", "n\n"),
         ("pytest", "def test_one():\n    assert 1 == 1\n", "1 passed"),
@@ -290,3 +290,36 @@ def test_settings_from_env() -> None:
         ServerSettings.from_env({"EXECGYM_SERVER_PORTT": "1"})
     with pytest.raises(ConfigError, match="workers must be positive"):
         ServerSettings(workers=0)
+
+
+async def test_bc15_memory_is_its_own_status(
+    bwrap_client: httpx.AsyncClient, needs_cgroup: None
+) -> None:
+    body = {
+        "language": "python",
+        "code": "x = bytearray(8 * 1024**3)\nprint(len(x))",
+        "limits": {"memory_bytes": 512 * 1024 * 1024},
+    }
+    answer = (await bwrap_client.post("/v1/run", json=body)).json()
+    assert answer["status"] == "memory_limit", answer
+    assert answer["run"]["limit_hit"] == "memory_bytes"
+    fine = {"language": "python", "code": "print(1)"}
+    assert (await bwrap_client.post("/v1/run", json=fine)).json()["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("language", "flood"),
+    [
+        ("python", "while True: print('x' * 1000)"),
+        ("cpp", '#include <cstdio>\nint main(){ for(;;) puts("xxxxxxxxxxxxxxxxxxxxxxxx"); }'),
+    ],
+)
+async def test_bc19_output_flood_is_its_own_status(
+    bwrap_client: httpx.AsyncClient, toolchains: Toolchains, language: str, flood: str
+) -> None:
+    require(not toolchains.missing(LANGUAGES[language]), f"{language} toolchain")
+    body = {"language": language, "code": flood, "limits": {"wall_time_s": 5}}
+    answer = (await bwrap_client.post("/v1/run", json=body)).json()
+    assert answer["status"] == "output_limit", answer
+    assert answer["run"]["stdout_truncated"] is True
+    assert len(answer["run"]["stdout"]) <= 1024 * 1024

@@ -46,6 +46,10 @@ def build_sandbox(settings: ServerSettings, toolchains: Toolchains) -> Sandbox:
         if settings.warm_pool:
             return WarmPoolSandbox(read_only_paths=paths)
         return BubblewrapSandbox(read_only_paths=paths)
+    if settings.isolation == "gvisor":
+        from execgym.sandbox.gvisor import GVisorSandbox
+
+        return GVisorSandbox(read_only_paths=paths)
     return create_sandbox(settings.isolation, allow_root=settings.allow_root)
 
 

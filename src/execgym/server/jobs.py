@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 JobState = Literal["queued", "running", "done", "failed"]
 
+MAX_FINISHED_JOBS = 1000
+"""Finished jobs kept at most (the oldest go first, even before their TTL)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
@@ -197,8 +200,14 @@ class EmbeddedJobRunner:
 
     def _expire(self) -> None:
         now = self._clock()
-        for job_id, job in list(self._jobs.items()):
-            if job.finished_at is not None and now - job.finished_at > self._ttl_s:
+        finished = sorted(
+            (job.finished_at, job_id)
+            for job_id, job in self._jobs.items()
+            if job.finished_at is not None
+        )
+        for count, (finished_at, job_id) in enumerate(finished):
+            too_many = len(finished) - count > MAX_FINISHED_JOBS
+            if too_many or now - finished_at > self._ttl_s:
                 del self._jobs[job_id]
 
     async def aclose(self) -> None:

@@ -23,7 +23,13 @@ from execgym.errors import TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox._python import python_command
 from execgym.sandbox.base import RunResult, Sandbox, Status
-from execgym.server.languages import LANGUAGES, Language, Toolchains, recipe
+from execgym.server.languages import (
+    LANGUAGES,
+    SANDBOX_FUSION_LANGUAGES,
+    Language,
+    Toolchains,
+    recipe,
+)
 
 SUPERVISOR_MARGIN_S = 5.0
 """Wall-clock seconds the step runner gets beyond the sum of its steps' timeouts."""
@@ -111,8 +117,6 @@ def find_language(name: str, toolchains: Toolchains) -> Language:
         LanguageUnavailable: for a known language whose tools are missing, saying what
             to install.
     """
-    from execgym.server.languages import SANDBOX_FUSION_LANGUAGES
-
     language = LANGUAGES.get(name)
     if language is None:
         if name in SANDBOX_FUSION_LANGUAGES:
@@ -257,9 +261,10 @@ def _step_result(step: dict[str, Any], whole: RunResult, *, last: bool) -> RunRe
     else:
         status, limit_hit, message = Status.RUNTIME_ERROR, None, f"exited with code {exit_code}"
     stdout = base64.b64decode(step["stdout"])
-    if step["stdout_truncated"] and status is Status.OK:
-        status, limit_hit = Status.OUTPUT_LIMIT, "max_output_bytes"
-        message = "stdout passed max_output_bytes"
+    flooded = step["stdout_truncated"] or step["stderr_truncated"]
+    if flooded and status is not Status.TIME_LIMIT:
+        status, limit_hit, exit_code = Status.OUTPUT_LIMIT, "max_output_bytes", None
+        message = "wrote more than max_output_bytes (the rest was dropped)"
     return dataclasses.replace(
         whole,
         status=status,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import os
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.responses import JSONResponse
@@ -103,7 +102,7 @@ async def run_code(body: RunCodeRequest, request: Request) -> RunCodeResponse:
     failure rather than as the code's compile or runtime error.
     """
     service = service_of(request)
-    pod = os.environ.get("MY_POD_NAME") or os.uname().nodename
+    pod = service.settings.pod_name
     memory = body.memory_limit_MB * 1024 * 1024 if body.memory_limit_MB > 0 else None
     limits = service.limits(wall_time_s=body.run_timeout, memory_bytes=memory)
     if body.compile_timeout > service.settings.max_wall_time_s:
@@ -175,9 +174,6 @@ async def score(body: ScoreRequest, request: Request, response: Response) -> Job
         response.headers["Location"] = f"/v1/jobs/{job_id}"
     else:
         view = await service.jobs.wait(job_id)
-        if view is not None:
-            for result in view.results:
-                service.metrics.rollouts.labels(result.verdict.value).inc()
     if view is None:  # expired already: only with a TTL shorter than the job
         raise HTTPException(status.HTTP_410_GONE, f"job {job_id} expired")
     return job_response(view)

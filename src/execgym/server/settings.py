@@ -37,6 +37,8 @@ class ServerSettings:
         default_memory_bytes: Memory of a run whose request does not say, in bytes.
         readiness_ttl_s: Seconds a passed sandbox self-test keeps ``/readyz`` green
             before it is run again.
+        pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
+            ``EXECGYM_SERVER_POD_NAME`` from the pod's ``metadata.name``).
 
     Raises:
         ConfigError: if a number is not positive and finite, or a name is unknown.
@@ -55,6 +57,7 @@ class ServerSettings:
     max_memory_bytes: int = 4096 * MiB
     default_memory_bytes: int = 1024 * MiB
     readiness_ttl_s: float = 30.0
+    pod_name: str | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
