@@ -323,3 +323,43 @@ async def test_bc19_output_flood_is_its_own_status(
     assert answer["status"] == "output_limit", answer
     assert answer["run"]["stdout_truncated"] is True
     assert len(answer["run"]["stdout"]) <= 1024 * 1024
+
+
+async def test_validation_errors_name_the_field() -> None:
+    async with serving(settings=ServerSettings(), sandbox=fake(), toolchains=NO_TOOLS) as client:
+        negative = await client.post(
+            "/run_code", json={"code": "", "language": "python", "run_timeout": -1}
+        )
+        assert negative.status_code == 422
+        assert negative.json()["error"] == "invalid_request"
+        assert "body.run_timeout: Input should be greater than 0" in negative.json()["message"]
+        untyped = await client.post("/run_code", content=b'{"code": "", "language": "python"}')
+        assert untyped.status_code == 422
+        assert "Content-Type: application/json" in untyped.json()["message"]
+
+
+async def test_surrogates_in_one_result_do_not_sink_the_batch(
+    bwrap_client: httpx.AsyncClient,
+) -> None:
+    hostile = "    raise ValueError('\\udcff' + chr(0xD800))\n"
+    body = {
+        "tasks": [ONE_TASK],
+        "rollouts": [
+            {"task_id": "t/1", "completion": hostile},
+            {"task_id": "t/1", "completion": "    return 1\n"},
+        ],
+    }
+    response = await bwrap_client.post("/v1/score", json=body)
+    assert response.status_code == 200, response.text
+    first, second = response.json()["results"]
+    assert first["verdict"] == "error"
+    assert first["error"]["message"] == "\\udcff\\ud800"
+    assert second["verdict"] == "passed"
+
+
+async def test_file_names_escaping_the_work_dir_are_422(bwrap_client: httpx.AsyncClient) -> None:
+    body = {"code": "", "language": "python", "files": {"../x": base64.b64encode(b"x").decode()}}
+    response = await bwrap_client.post("/run_code", json=body)
+    assert response.status_code == 422
+    assert "must be relative" in response.json()["message"]
+    assert (await bwrap_client.get("/metrics")).text.count("execgym_in_flight 0.0") == 1

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import HTTPException
+from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
 
 from execgym._version import __version__
@@ -64,6 +64,21 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         response = _error(429, "at_capacity", str(error))
         response.headers["Retry-After"] = str(error.retry_after_s)
         return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = [
+            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+            for item in error.errors()
+        ]
+        hint = ""
+        if not request.headers.get("content-type", "").startswith("application/json"):
+            hint = " (send the body as JSON with 'Content-Type: application/json')"
+        fields = [
+            {"loc": list(item["loc"]), "msg": item["msg"], "type": item["type"]}
+            for item in error.errors()
+        ]
+        return _error(422, "invalid_request", "; ".join(problems) + hint, detail=fields)
 
     @app.exception_handler(TaskError)
     async def bad_input(request: Request, error: TaskError) -> JSONResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
+from typing import Any
 
 from execgym.sandbox.base import RunResult, Status
 from execgym.server.jobs import JobView
@@ -19,6 +20,25 @@ from execgym.server.schemas import (
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
+
+
+def utf8_safe(value: Any) -> Any:
+    """``value`` with every string encodable as UTF-8.
+
+    A lone surrogate (from a program's exception message, say) becomes a backslash
+    escape, so one result can never make a whole response unserialisable.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", errors="backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {utf8_safe(key): utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [utf8_safe(item) for item in value]
+    return value
 
 
 def command_result(result: RunResult) -> CommandRunResult:
@@ -63,7 +83,7 @@ def run_code_response(outcome: ProgramOutcome, pod_name: str | None) -> RunCodeR
     if outcome.sandbox.status is Status.SANDBOX_ERROR or not steps:
         return RunCodeResponse(
             status="SandboxError",
-            message=outcome.sandbox.message or "the sandbox could not run the program",
+            message=utf8_safe(outcome.sandbox.message) or "the sandbox could not run the program",
             compile_result=compile_result,
             run_result=run_result,
             executor_pod_name=pod_name,
@@ -71,7 +91,7 @@ def run_code_response(outcome: ProgramOutcome, pod_name: str | None) -> RunCodeR
     ok = all(step.status is Status.OK for step in steps) and outcome.run is not None
     return RunCodeResponse(
         status="Success" if ok else "Failed",
-        message="" if ok else _why(steps[-1]),
+        message="" if ok else utf8_safe(_why(steps[-1])),
         compile_result=compile_result,
         run_result=run_result,
         executor_pod_name=pod_name,
@@ -97,7 +117,7 @@ def step_report(result: RunResult) -> StepReport:
         cpu_time_s=round(result.cpu_time_s, 6),
         peak_memory_bytes=result.peak_memory_bytes,
         limit_hit=result.limit_hit,
-        message=result.message,
+        message=utf8_safe(result.message),
     )
 
 
@@ -128,6 +148,6 @@ def job_response(view: JobView) -> JobResponse:
         total=view.total,
         finished=len(view.results),
         counts=dict(counts),
-        message=view.message,
-        results=[result.to_json() for result in view.results],
+        message=utf8_safe(view.message),
+        results=[utf8_safe(result.to_json()) for result in view.results],
     )
