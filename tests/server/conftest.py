@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from execgym.server import ServerSettings, create_app
-from execgym.server.languages import Toolchains, find_toolchains
+from execgym.server.languages import LANGUAGES, Toolchains, find_toolchains
 from tests.conftest import require
 
 AppFactory = Callable[..., Any]
@@ -39,6 +39,19 @@ async def bwrap_client(toolchains: Toolchains) -> AsyncIterator[httpx.AsyncClien
     settings = ServerSettings(workers=2, max_in_flight=64)
     async with serving(settings=settings, toolchains=toolchains) as client:
         yield client
+
+
+def need_language(toolchains: Toolchains, name: str) -> None:
+    """Run only where ``name``'s toolchain is installed.
+
+    C++ is required (CI installs g++, and fails without it); the other toolchains are
+    optional on a host, so their tests skip, with the reason shown, where they are missing.
+    """
+    missing = toolchains.missing(LANGUAGES[name])
+    if name == "cpp":
+        require(not missing, "g++ (apt-get install g++)")
+    elif missing:
+        pytest.skip(f"{name}: {', '.join(missing)} not installed here")
 
 
 NO_TOOLS = Toolchains(tools={}, read_only_paths=(), pytest_path=None)

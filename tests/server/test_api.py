@@ -11,10 +11,10 @@ import pytest
 from execgym.errors import ConfigError
 from execgym.sandbox import Status
 from execgym.server import ServerSettings
-from execgym.server.languages import LANGUAGES, Toolchains
+from execgym.server.languages import Toolchains
 from execgym.testing import FakeCall, FakeSandbox, fake_result
-from tests.conftest import ONE_TASK, require
-from tests.server.conftest import NO_TOOLS, serving
+from tests.conftest import ONE_TASK
+from tests.server.conftest import NO_TOOLS, need_language, serving
 
 
 def fake() -> FakeSandbox:
@@ -122,8 +122,7 @@ async def test_run_reports_output_and_usage(bwrap_client: httpx.AsyncClient) -> 
 async def test_run_other_languages(
     bwrap_client: httpx.AsyncClient, toolchains: Toolchains, language: str, code: str, expected: str
 ) -> None:
-    missing = toolchains.missing(LANGUAGES[language])
-    require(not missing, f"{language} toolchain ({', '.join(missing)})")
+    need_language(toolchains, language)
     body = {"language": language, "code": code, "compile_timeout_s": 30}
     answer = (await bwrap_client.post("/v1/run", json=body)).json()
     assert answer["status"] == "ok", answer
@@ -133,7 +132,7 @@ async def test_run_other_languages(
 async def test_run_compile_error_and_timeout(
     bwrap_client: httpx.AsyncClient, toolchains: Toolchains
 ) -> None:
-    require(not toolchains.missing(LANGUAGES["cpp"]), "g++ (apt-get install g++)")
+    need_language(toolchains, "cpp")
     broken = (await bwrap_client.post("/v1/run", json={"language": "cpp", "code": "nope"})).json()
     assert broken["status"] == "compile_error"
     assert broken["compile"]["status"] == "runtime_error"
@@ -317,7 +316,7 @@ async def test_bc15_memory_is_its_own_status(
 async def test_bc19_output_flood_is_its_own_status(
     bwrap_client: httpx.AsyncClient, toolchains: Toolchains, language: str, flood: str
 ) -> None:
-    require(not toolchains.missing(LANGUAGES[language]), f"{language} toolchain")
+    need_language(toolchains, language)
     body = {"language": language, "code": flood, "limits": {"wall_time_s": 5}}
     answer = (await bwrap_client.post("/v1/run", json=body)).json()
     assert answer["status"] == "output_limit", answer

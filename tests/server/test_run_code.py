@@ -24,10 +24,10 @@ import httpx
 
 from execgym.sandbox import Status
 from execgym.server import ServerSettings
-from execgym.server.languages import LANGUAGES, Toolchains
+from execgym.server.languages import Toolchains
 from execgym.testing import FakeSandbox, fake_result
 from tests.conftest import require
-from tests.server.conftest import NO_TOOLS, serving
+from tests.server.conftest import NO_TOOLS, need_language, serving
 
 VERL_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
@@ -138,7 +138,7 @@ CPP_OK = '#include <cstdio>\nint main(){int a,b; scanf("%d %d",&a,&b); printf("%
 async def test_cpp_compiles_and_runs(
     bwrap_client: httpx.AsyncClient, toolchains: Toolchains
 ) -> None:
-    require(not toolchains.missing(LANGUAGES["cpp"]), "g++ (apt-get install g++)")
+    need_language(toolchains, "cpp")
     answer = await post_like_verl(bwrap_client, verl_body(CPP_OK, "6 7", language="cpp"))
     assert answer["status"] == "Success", answer
     assert answer["compile_result"]["status"] == "Finished"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -23,7 +23,7 @@ from execgym.sandbox.base import Sandbox
 from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
 from execgym.scoring import ScoredRollout
 from execgym.server.capacity import BoundedSandbox, Capacity
-from execgym.server.jobs import EmbeddedJobRunner
+from execgym.server.jobs import EmbeddedJobRunner, JobRunner
 from execgym.server.languages import Toolchains, find_toolchains
 from execgym.server.metrics import Metrics
 from execgym.server.middleware import BodyLimit, RequestMetrics
@@ -105,6 +105,7 @@ def create_app(
     *,
     sandbox: Sandbox | None = None,
     toolchains: Toolchains | None = None,
+    jobs: Callable[[Sandbox, Capacity], JobRunner] | None = None,
 ) -> FastAPI:
     """Build the HTTP service.
 
@@ -113,6 +114,8 @@ def create_app(
         sandbox: Where programs run (tests pass a fake); built from ``settings`` by
             default.
         toolchains: Host compilers and interpreters; looked up on ``PATH`` by default.
+        jobs: Builds the job runner from the bounded sandbox and the shared capacity;
+            :class:`EmbeddedJobRunner` by default (a broker-backed runner goes here).
 
     Raises:
         SandboxUnavailable: if the sandbox backend cannot run on this host.
@@ -126,17 +129,21 @@ def create_app(
     def count(result: ScoredRollout) -> None:
         metrics.rollouts.labels(result.verdict.value).inc()
 
-    jobs = EmbeddedJobRunner(
-        bounded, capacity, workers=settings.workers, ttl_s=settings.job_ttl_s, on_result=count
+    runner = (
+        jobs(bounded, capacity)
+        if jobs is not None
+        else EmbeddedJobRunner(
+            bounded, capacity, workers=settings.workers, ttl_s=settings.job_ttl_s, on_result=count
+        )
     )
-    service = Service(settings, bounded, toolchains, capacity, jobs, metrics)
+    service = Service(settings, bounded, toolchains, capacity, runner, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            await jobs.aclose()
+            await runner.aclose()
             await bounded.aclose()
 
     app = FastAPI(

@@ -76,6 +76,8 @@ class JobRunner(Protocol):
     """
 
     capacity: Capacity
+    """In-flight items: the runner reserves a batch's rollouts on ``submit`` and
+    releases each as its result is stored; ``/run_code`` and ``/v1/run`` share it."""
 
     async def submit(self, batch: Batch) -> str:
         """Accept ``batch`` and return its job id at once.
@@ -85,7 +87,7 @@ class JobRunner(Protocol):
         """
         ...
 
-    def get(self, job_id: str) -> JobView | None:
+    async def get(self, job_id: str) -> JobView | None:
         """The job's state and results so far, or ``None`` if unknown or expired."""
         ...
 
@@ -180,8 +182,11 @@ class EmbeddedJobRunner:
             job.finished_at = self._clock()
             job.done.set()
 
-    def get(self, job_id: str) -> JobView | None:
+    async def get(self, job_id: str) -> JobView | None:
         """The job, or ``None``; see :meth:`JobRunner.get`."""
+        return self._view(job_id)
+
+    def _view(self, job_id: str) -> JobView | None:
         self._expire()
         job = self._jobs.get(job_id)
         if job is None:
@@ -196,7 +201,7 @@ class EmbeddedJobRunner:
         if job is None:
             return None
         await job.done.wait()
-        return self.get(job_id)
+        return self._view(job_id)
 
     def _expire(self) -> None:
         now = self._clock()

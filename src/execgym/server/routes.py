@@ -169,7 +169,7 @@ async def score(body: ScoreRequest, request: Request, response: Response) -> Job
     batch = service.batch(body)
     job_id = await service.jobs.submit(batch)
     if not body.wait:
-        view = service.jobs.get(job_id)
+        view = await service.jobs.get(job_id)
         response.status_code = status.HTTP_202_ACCEPTED
         response.headers["Location"] = f"/v1/jobs/{job_id}"
     else:
@@ -182,7 +182,7 @@ async def score(body: ScoreRequest, request: Request, response: Response) -> Job
 @api.get("/v1/jobs/{job_id}", tags=["score"], responses={404: {"model": ErrorResponse}})
 async def job(job_id: str, request: Request) -> JobResponse:
     """A job's state and its results so far."""
-    view = service_of(request).jobs.get(job_id)
+    view = await service_of(request).jobs.get(job_id)
     if view is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no job {job_id!r}: unknown, or expired after its TTL"
