@@ -362,3 +362,32 @@ async def test_file_names_escaping_the_work_dir_are_422(bwrap_client: httpx.Asyn
     assert response.status_code == 422
     assert "must be relative" in response.json()["message"]
     assert (await bwrap_client.get("/metrics")).text.count("execgym_in_flight 0.0") == 1
+
+
+FORGE_REPORT = """
+import json, os
+fake = {"steps": [], "files": {}}
+try:
+    with open(f"/proc/{os.getppid()}/fd/3", "w") as pipe:
+        pipe.write(json.dumps(fake))
+    print("forged")
+except OSError as error:
+    print("refused", type(error).__name__)
+raise SystemExit(3)
+"""
+
+
+async def test_the_supervisor_report_cannot_be_forged(bwrap_client: httpx.AsyncClient) -> None:
+    body = {"language": "python", "code": FORGE_REPORT, "fetch_files": ["x"]}
+    answer = (await bwrap_client.post("/v1/run", json=body)).json()
+    assert answer["run"]["stdout"] == "refused PermissionError\n"
+    assert answer["status"] == "runtime_error"
+    assert answer["run"]["exit_code"] == 3
+
+
+async def test_killing_the_supervisor_is_never_a_pass(bwrap_client: httpx.AsyncClient) -> None:
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    body = {"language": "python", "code": code, "fetch_files": ["x"]}
+    run_code = (await bwrap_client.post("/run_code", json=body)).json()
+    assert run_code["status"] == "Failed", run_code
+    assert run_code["run_result"]["return_code"] != 0

@@ -125,3 +125,19 @@ async def test_create_app_takes_another_job_runner() -> None:
     assert len(made) == 1
     assert job["state"] == "done"
     assert job["results"][0]["verdict"] == "sandbox_error"  # the fake wrote no report
+
+
+async def test_retained_results_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("execgym.server.jobs.MAX_RETAINED_RESULTS", 5)
+    clock = Clock()
+    runner = EmbeddedJobRunner(
+        FakeSandbox(harness_fails), Capacity(100, 1), workers=1, ttl_s=3600, clock=clock
+    )
+    ids = []
+    for step in range(3):
+        clock.now = step
+        ids.append(await runner.submit(batch(2)))
+        await runner.wait(ids[-1])
+    assert await runner.get(ids[0]) is None  # 6 results > 5: the oldest job goes
+    assert await runner.get(ids[1]) is not None
+    assert await runner.get(ids[2]) is not None

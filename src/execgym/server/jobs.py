@@ -30,6 +30,9 @@ JobState = Literal["queued", "running", "done", "failed"]
 MAX_FINISHED_JOBS = 1000
 """Finished jobs kept at most (the oldest go first, even before their TTL)."""
 
+MAX_RETAINED_RESULTS = 100_000
+"""Results of finished jobs kept at most, over all jobs (a few KiB each)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
@@ -210,9 +213,11 @@ class EmbeddedJobRunner:
             for job_id, job in self._jobs.items()
             if job.finished_at is not None
         )
+        retained = sum(len(self._jobs[job_id].results) for _, job_id in finished)
         for count, (finished_at, job_id) in enumerate(finished):
             too_many = len(finished) - count > MAX_FINISHED_JOBS
-            if too_many or now - finished_at > self._ttl_s:
+            if too_many or retained > MAX_RETAINED_RESULTS or now - finished_at > self._ttl_s:
+                retained -= len(self._jobs[job_id].results)
                 del self._jobs[job_id]
 
     async def aclose(self) -> None:
