@@ -23,6 +23,9 @@ from execgym.server.settings import ServerSettings
 from execgym.tasks.loaders import LineProblem, RolloutLine, canonical_rollouts, load_dataset
 from execgym.tasks.models import Rollout, Task
 
+READINESS_TIMEOUT_S = 20.0
+"""How long ``/readyz`` waits for the sandbox self-test (it queues behind other runs)."""
+
 
 def _describe(error: ValidationError) -> str:
     return "; ".join(
@@ -77,10 +80,17 @@ class Service:
             if self._ready_at is not None and now - self._ready_at < self.settings.readiness_ttl_s:
                 return None
             try:
-                await Scorer({}, self.sandbox).self_test()
+                async with asyncio.timeout(READINESS_TIMEOUT_S):
+                    await Scorer({}, self.sandbox).self_test()
             except Error as error:
                 self._ready_at = None
                 return str(error)
+            except TimeoutError:
+                self._ready_at = None
+                return (
+                    f"the sandbox self-test did not finish within {READINESS_TIMEOUT_S} s "
+                    f"({self.capacity.in_flight} items in flight)"
+                )
             self._ready_at = now
             return None
 
