@@ -2,7 +2,8 @@
 
 Starts a real ``execgym serve`` (uvicorn, warm pool) on a free port and sends N
 verl-shaped ``/run_code`` requests, C at a time, over keep-alive connections; then runs
-the same N programs C at a time straight through a warm pool in this process. Prints
+the same N programs C at a time straight through a warm pool in this process, in
+alternating rounds so that machine load hits both ways alike. Prints
 programs/s and p50/p99 latency (ms) for each, and the HTTP cost per program. Both ways
 use ``--workers C`` sandboxes at once.
 
@@ -38,6 +39,7 @@ def percentile(values: list[float], fraction: float) -> float:
 async def measure(
     runs: int, concurrency: int, one: Callable[[], Awaitable[None]]
 ) -> tuple[float, list[float]]:
+    """Run ``one`` ``runs`` times, ``concurrency`` at once: (seconds, latencies)."""
     latencies: list[float] = []
     gate = asyncio.Semaphore(concurrency)
 
@@ -49,7 +51,7 @@ async def measure(
 
     started = time.perf_counter()
     await asyncio.gather(*(timed() for _ in range(runs)))
-    return runs / (time.perf_counter() - started), latencies
+    return time.perf_counter() - started, latencies
 
 
 def start_server(port: int, workers: int) -> subprocess.Popen[bytes]:
@@ -71,6 +73,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -88,9 +91,13 @@ async def main() -> None:
         }
     )
     server = start_server(port, args.concurrency)
+    limits = httpx.Limits(max_keepalive_connections=args.concurrency)
+    client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits)
+    names = ("warm pool, in process", "execgym serve /run_code")
+    spent_s = dict.fromkeys(names, 0.0)
+    latencies: dict[str, list[float]] = {name: [] for name in names}
     try:
-        limits = httpx.Limits(max_keepalive_connections=args.concurrency)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits) as http:
+        async with client as http, WarmPoolSandbox() as pool:
 
             async def over_http() -> None:
                 response = await http.post("/run_code", content=body, headers=HEADERS, timeout=60)
@@ -98,29 +105,31 @@ async def main() -> None:
                 if (answer.get("run_result") or {}).get("stdout") != "5\n":
                     raise RuntimeError(f"unexpected answer: {answer}")
 
-            await measure(args.concurrency * 4, args.concurrency, over_http)  # warm-up
-            http_rate, http_lat = await measure(args.runs, args.concurrency, over_http)
+            async def direct() -> None:
+                result = await pool.run_python(CODE.encode(), stdin=b"2 3\n")
+                if result.status is not Status.OK or result.stdout != b"5\n":
+                    raise RuntimeError(f"unexpected result: {result}")
+
+            ways = dict(zip(names, (direct, over_http), strict=True))
+            for one in ways.values():  # warm-up
+                await measure(args.concurrency * 4, args.concurrency, one)
+            per_round = max(1, args.runs // args.rounds)
+            for number in range(args.rounds):  # alternate, so load hits both alike
+                order = list(ways.items()) if number % 2 == 0 else list(ways.items())[::-1]
+                for name, one in order:
+                    seconds, measured = await measure(per_round, args.concurrency, one)
+                    spent_s[name] += seconds
+                    latencies[name] += measured
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+    rates = {name: len(latencies[name]) / spent_s[name] for name in names}
+    direct_rate, http_rate = (rates[name] for name in names)
 
-    async with WarmPoolSandbox() as pool:
-
-        async def direct() -> None:
-            result = await pool.run_python(CODE.encode(), stdin=b"2 3\n")
-            if result.status is not Status.OK or result.stdout != b"5\n":
-                raise RuntimeError(f"unexpected result: {result}")
-
-        await measure(args.concurrency * 4, args.concurrency, direct)
-        direct_rate, direct_lat = await measure(args.runs, args.concurrency, direct)
-
-    print(f"{args.runs} programs, {args.concurrency} at a time")
-    for name, rate, lat in (
-        ("warm pool, in process", direct_rate, direct_lat),
-        ("execgym serve /run_code", http_rate, http_lat),
-    ):
-        p50, p99 = percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000
-        print(f"{name:<26} {rate:7.1f} programs/s   p50 {p50:6.1f} ms   p99 {p99:6.1f} ms")
+    print(f"{args.runs} programs each way, {args.concurrency} at a time, {args.rounds} rounds")
+    for name in names:
+        p50, p99 = (percentile(latencies[name], q) * 1000 for q in (0.5, 0.99))
+        print(f"{name:<26} {rates[name]:7.1f} programs/s   p50 {p50:6.1f} ms   p99 {p99:6.1f} ms")
     overhead_ms = (1 / http_rate - 1 / direct_rate) * 1000 * args.concurrency
     print(
         f"HTTP cost per program: {overhead_ms:.1f} ms of a worker's time "
