@@ -116,6 +116,8 @@ async def test_run_reports_output_and_usage(bwrap_client: httpx.AsyncClient) -> 
         ),
         ("rust", 'fn main() { println!("r"); }', "r\n"),
         ("nodejs", "console.log('n')", "n\n"),
+        ("typescript", "const t: string = 't';\nconsole.log(t);", "t\n"),
+        ("go", 'package main\nimport "fmt"\nfunc main() { fmt.Println("g") }\n', "g\n"),
         ("pytest", "def test_one():\n    assert 1 == 1\n", "1 passed"),
     ],
 )

@@ -262,7 +262,10 @@ def recipe(language: Language, code: str, toolchains: Toolchains) -> Recipe:
         ),
         "typescript": (
             {"main.ts": source},
-            [tool("tsc", ""), "--target", "es2020", "--module", "commonjs", "main.ts"],
+            [
+                *(tool("tsc", ""), "--target", "es2020", "--module", "commonjs"),
+                *("--skipLibCheck", "main.ts"),
+            ],
             [tool("node", ""), "main.js"],
         ),
     }
