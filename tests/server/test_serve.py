@@ -68,3 +68,21 @@ def test_serve_answers_verl_over_tcp(server: str) -> None:
     assert httpx.post(f"{server}/run_code", content=body, timeout=30).status_code == 401
     ping = httpx.get(f"{server}/v1/ping", headers=headers, timeout=5)
     assert ping.json() == "pong"
+
+
+def test_serve_refuses_bad_settings_with_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from execgym.cli import main
+
+    monkeypatch.setenv("EXECGYM_SERVER_WORKRES", "2")
+    result = CliRunner().invoke(main, ["serve"])
+    assert result.exit_code == 1
+    assert "unknown setting EXECGYM_SERVER_WORKRES" in result.output
+    monkeypatch.delenv("EXECGYM_SERVER_WORKRES")
+    if os.geteuid() == 0:
+        as_root = CliRunner().invoke(main, ["serve", "--isolation", "none"])
+        assert as_root.exit_code == 1
+        assert "root" in as_root.output
+    usage = CliRunner().invoke(main, ["serve", "--port", "0"])
+    assert usage.exit_code == 2
