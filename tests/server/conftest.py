@@ -36,7 +36,7 @@ def toolchains() -> Toolchains:
 async def bwrap_client(toolchains: Toolchains) -> AsyncIterator[httpx.AsyncClient]:
     """A client of an app that runs programs in real bwrap sandboxes (warm pool on)."""
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
-    settings = ServerSettings(workers=2, max_in_flight=64)
+    settings = ServerSettings(workers=2, max_in_flight=256)
     async with serving(settings=settings, toolchains=toolchains) as client:
         yield client
 

@@ -79,6 +79,12 @@ async def test_score_usage_errors_are_422() -> None:
         missing = await client.get("/v1/jobs/nope")
         assert missing.status_code == 404
         assert missing.json()["error"] == "http_404"
+    small = ServerSettings(max_in_flight=2)
+    async with serving(settings=small, sandbox=fake(), toolchains=NO_TOOLS) as client:
+        rollouts = [{"task_id": "t/1", "completion": "x"}] * 3
+        too_big = await client.post("/v1/score", json={"tasks": [ONE_TASK], "rollouts": rollouts})
+        assert too_big.status_code == 422  # never fits: retrying would not help
+        assert "split the batch" in too_big.json()["message"]
 
 
 # --- /v1/run ------------------------------------------------------------------------------
@@ -393,3 +399,14 @@ async def test_killing_the_supervisor_is_never_a_pass(bwrap_client: httpx.AsyncC
     run_code = (await bwrap_client.post("/run_code", json=body)).json()
     assert run_code["status"] == "Failed", run_code
     assert run_code["run_result"]["return_code"] != 0
+
+
+@pytest.mark.slow
+async def test_humaneval_canonical_over_http(bwrap_client: httpx.AsyncClient) -> None:
+    body = {"dataset": "humaneval", "solutions": "canonical"}
+    response = await bwrap_client.post("/v1/score", json=body, timeout=600)
+    assert response.status_code == 200, response.text
+    job = response.json()
+    assert job["state"] == "done"
+    assert job["counts"] == {"passed": 164}
+    assert len({result["task_id"] for result in job["results"]}) == 164

@@ -135,10 +135,11 @@ class Service:
         """
         tasks, skipped = self._tasks(request)
         items = self._items(request, tasks)
-        if len(items) > self.settings.max_batch:
+        most = min(self.settings.max_batch, self.settings.max_in_flight)
+        if len(items) > most:
             raise TaskError(
-                f"{len(items)} rollouts in one batch; this server takes at most "
-                f"{self.settings.max_batch}: split the batch"
+                f"{len(items)} rollouts in one batch; this server takes at most {most} "
+                "(max_batch, and no more than max_in_flight): split the batch"
             )
         overrides = request.limits.model_dump(exclude_none=True) if request.limits else {}
         return Batch(tasks, items, self.limits(**overrides), skipped)
