@@ -361,5 +361,66 @@ async def _score_with_progress(
                 await aclose()
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option(
+    "--token",
+    envvar="EXECGYM_SERVER_TOKEN",
+    default=None,
+    help="Require 'Authorization: Bearer TOKEN' [env: EXECGYM_SERVER_TOKEN; default: no auth].",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sandboxes running at once, over all requests [default: CPU count].",
+)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rollouts and programs accepted but unfinished; past it requests get 429.",
+)
+@click.option("--isolation", type=click.Choice(ISOLATIONS), default=None, help="[default: bwrap]")
+@click.option("--warm-pool/--no-warm-pool", default=None, help="[default: on]")
+@click.option("--allow-root", is_flag=True, default=None, help="Let --isolation none run as root.")
+def serve(
+    host: str,
+    port: int,
+    token: str | None,
+    workers: int | None,
+    max_in_flight: int | None,
+    isolation: str | None,
+    warm_pool: bool | None,
+    allow_root: bool | None,
+) -> None:
+    """Serve the HTTP API: /v1/score, /v1/run, SandboxFusion's /run_code (docs at /docs).
+
+    Other settings come from EXECGYM_SERVER_* variables (see the README).
+    """
+    try:
+        import uvicorn
+
+        from execgym.server import ServerSettings, create_app
+    except ImportError as error:
+        raise click.ClickException(
+            f"{error}; the HTTP service needs the 'server' extra: pip install 'execgym[server]'"
+        ) from error
+    try:
+        settings = ServerSettings.from_env(
+            token=token,
+            workers=workers,
+            max_in_flight=max_in_flight,
+            isolation=isolation,
+            warm_pool=warm_pool,
+            allow_root=allow_root or None,
+        )
+        app = create_app(settings)
+    except Error as error:
+        raise click.ClickException(str(error)) from error
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
 if __name__ == "__main__":
     main()

@@ -8,6 +8,7 @@ memory, fail tests) is reported as data: see :class:`execgym.Verdict` and
 
 Error:
     ├── ConfigError             bad settings or limits; raised at start-up
+    ├── CapacityExceeded        a service is full; retry after ``retry_after_s``
     ├── TaskError               a task, rollout or input file is invalid
     │   └── TaskNotFound        a data set or task id that does not exist
     └── SandboxError            the sandbox could not do its job
@@ -24,6 +25,20 @@ class Error(Exception):
 
 class ConfigError(Error):
     """Settings or limits are invalid; raised before any work starts."""
+
+
+class CapacityExceeded(Error):
+    """The HTTP service is full: accepting more work would pass its in-flight capacity.
+
+    The service answers 429 with ``Retry-After``.
+
+    Attributes:
+        retry_after_s: Seconds after which a retry is likely to be accepted.
+    """
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class TaskError(Error):

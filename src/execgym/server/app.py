@@ -1,0 +1,167 @@
+"""The FastAPI app factory: ``create_app(settings)``; there is no module-level app.
+
+Run it with ``execgym serve``, or with any ASGI server::
+
+    uvicorn --factory 'execgym.server.app:app_from_env'
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import HTTPException, RequestValidationError
+from fastapi.responses import JSONResponse
+
+from execgym._version import __version__
+from execgym.errors import CapacityExceeded, TaskError
+from execgym.sandbox import WarmPoolSandbox, create_sandbox
+from execgym.sandbox.base import Sandbox
+from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
+from execgym.scoring import ScoredRollout
+from execgym.server.capacity import BoundedSandbox, Capacity
+from execgym.server.jobs import EmbeddedJobRunner, JobRunner
+from execgym.server.languages import Toolchains, find_toolchains
+from execgym.server.metrics import Metrics
+from execgym.server.middleware import BodyLimit, RequestMetrics
+from execgym.server.routes import api, health
+from execgym.server.service import Service
+from execgym.server.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+def build_sandbox(settings: ServerSettings, toolchains: Toolchains) -> Sandbox:
+    """The sandbox backend ``settings`` asks for, seeing the toolchains read-only.
+
+    Raises:
+        SandboxUnavailable: if the backend cannot run here (the message says how to fix).
+        ConfigError: for an unknown backend name.
+    """
+    paths = [*interpreter_paths(), *toolchains.read_only_paths]
+    if settings.isolation == "bwrap":
+        if settings.warm_pool:
+            return WarmPoolSandbox(read_only_paths=paths)
+        return BubblewrapSandbox(read_only_paths=paths)
+    if settings.isolation == "gvisor":
+        from execgym.sandbox.gvisor import GVisorSandbox
+
+        return GVisorSandbox(read_only_paths=paths)
+    return create_sandbox(settings.isolation, allow_root=settings.allow_root)
+
+
+def _error(status: int, error: str, message: str, **extra: object) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message, **extra}, status_code=status)
+
+
+def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+    @app.exception_handler(CapacityExceeded)
+    async def at_capacity(request: Request, error: CapacityExceeded) -> JSONResponse:
+        metrics.rejected.inc()
+        response = _error(429, "at_capacity", str(error))
+        response.headers["Retry-After"] = str(error.retry_after_s)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = [
+            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+            for item in error.errors()
+        ]
+        hint = ""
+        if not request.headers.get("content-type", "").startswith("application/json"):
+            hint = " (send the body as JSON with 'Content-Type: application/json')"
+        fields = [
+            {"loc": list(item["loc"]), "msg": item["msg"], "type": item["type"]}
+            for item in error.errors()
+        ]
+        return _error(422, "invalid_request", "; ".join(problems) + hint, detail=fields)
+
+    @app.exception_handler(TaskError)
+    async def bad_input(request: Request, error: TaskError) -> JSONResponse:
+        return _error(422, "invalid_request", str(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        response = _error(error.status_code, f"http_{error.status_code}", str(error.detail))
+        for name, value in (error.headers or {}).items():
+            response.headers[name] = value
+        return response
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, error: Exception) -> JSONResponse:
+        error_id = uuid.uuid4().hex[:12]
+        log.exception("request_failed error_id=%s path=%s", error_id, request.url.path)
+        return _error(
+            500, "internal", "internal error; give this error_id to the operator", error_id=error_id
+        )
+
+
+def create_app(
+    settings: ServerSettings | None = None,
+    *,
+    sandbox: Sandbox | None = None,
+    toolchains: Toolchains | None = None,
+    jobs: Callable[[Sandbox, Capacity], JobRunner] | None = None,
+) -> FastAPI:
+    """Build the HTTP service.
+
+    Args:
+        settings: How to run; :meth:`ServerSettings.from_env` when omitted.
+        sandbox: Where programs run (tests pass a fake); built from ``settings`` by
+            default.
+        toolchains: Host compilers and interpreters; looked up on ``PATH`` by default.
+        jobs: Builds the job runner from the bounded sandbox and the shared capacity;
+            :class:`EmbeddedJobRunner` by default (a broker-backed runner goes here).
+
+    Raises:
+        SandboxUnavailable: if the sandbox backend cannot run on this host.
+    """
+    settings = settings or ServerSettings.from_env()
+    toolchains = toolchains or find_toolchains()
+    bounded = BoundedSandbox(sandbox or build_sandbox(settings, toolchains), settings.workers)
+    capacity = Capacity(settings.max_in_flight, settings.workers)
+    metrics = Metrics(capacity)
+
+    def count(result: ScoredRollout) -> None:
+        metrics.rollouts.labels(result.verdict.value).inc()
+
+    runner = (
+        jobs(bounded, capacity)
+        if jobs is not None
+        else EmbeddedJobRunner(
+            bounded, capacity, workers=settings.workers, ttl_s=settings.job_ttl_s, on_result=count
+        )
+    )
+    service = Service(settings, bounded, toolchains, capacity, runner, metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await runner.aclose()
+            await bounded.aclose()
+
+    app = FastAPI(
+        title="execgym",
+        version=__version__,
+        description="Run model-written code in isolated sandboxes and score it. "
+        "`/run_code` and `/v1/ping` are SandboxFusion-compatible.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.include_router(health)
+    app.include_router(api)
+    _install_error_handlers(app, metrics)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """``create_app`` with settings from ``EXECGYM_SERVER_*`` (for ``uvicorn --factory``)."""
+    return create_app(ServerSettings.from_env())

@@ -1,0 +1,228 @@
+"""Scoring jobs behind ``POST /v1/score`` and ``GET /v1/jobs/{id}``.
+
+:class:`JobRunner` is the whole contract the HTTP layer uses, so a queue-backed runner
+(Redis Streams workers) can replace :class:`EmbeddedJobRunner`, which scores in this
+process's event loop with the shared sandbox (the code itself still runs only in
+sandboxes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from execgym.limits import Limits
+from execgym.sandbox.base import Sandbox
+from execgym.scoring import ScoredRollout, Scorer
+from execgym.server.capacity import Capacity
+from execgym.tasks.loaders import LineProblem, RolloutLine
+from execgym.tasks.models import Task
+
+log = logging.getLogger(__name__)
+
+JobState = Literal["queued", "running", "done", "failed"]
+
+MAX_FINISHED_JOBS = 1000
+"""Finished jobs kept at most (the oldest go first, even before their TTL)."""
+
+MAX_RETAINED_RESULTS = 100_000
+"""Results of finished jobs kept at most, over all jobs (a few KiB each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch to score: what ``POST /v1/score`` accepted.
+
+    Attributes:
+        tasks: ``{task_id: Task}``.
+        items: Rollouts in order, with unusable ones as :class:`LineProblem` (scored
+            ``invalid``, never dropped).
+        limits: Limits for every run (tasks may override).
+        skipped_tasks: ``{task_id: why}`` for tasks of the request that were invalid.
+    """
+
+    tasks: Mapping[str, Task]
+    items: Sequence[RolloutLine | LineProblem]
+    limits: Limits
+    skipped_tasks: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as callers see it.
+
+    Attributes:
+        job_id: The id ``submit`` returned.
+        state: ``queued``, ``running``, ``done`` or ``failed`` (our failure, not the
+            code's: ``message`` says why).
+        total: Rollouts in the batch.
+        results: Results finished so far, in input order once ``done``.
+        message: Why a job failed.
+    """
+
+    job_id: str
+    state: JobState
+    total: int
+    results: Sequence[ScoredRollout]
+    message: str = ""
+
+
+class JobRunner(Protocol):
+    """Accepts batches and reports on them.
+
+    This is what a broker must provide to replace :class:`EmbeddedJobRunner`.
+    """
+
+    capacity: Capacity
+    """In-flight items: the runner reserves a batch's rollouts on ``submit`` and
+    releases each as its result is stored; ``/run_code`` and ``/v1/run`` share it."""
+
+    async def submit(self, batch: Batch) -> str:
+        """Accept ``batch`` and return its job id at once.
+
+        Raises:
+            CapacityExceeded: if the batch does not fit in the in-flight capacity.
+        """
+        ...
+
+    async def get(self, job_id: str) -> JobView | None:
+        """The job's state and results so far, or ``None`` if unknown or expired."""
+        ...
+
+    async def wait(self, job_id: str) -> JobView | None:
+        """Wait until the job is ``done`` or ``failed`` and return it."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop: cancel running jobs (their sandboxes are reclaimed)."""
+        ...
+
+
+@dataclass
+class _Job:
+    view: JobView
+    finished_at: float | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    results: list[ScoredRollout] = field(default_factory=list)
+
+
+class EmbeddedJobRunner:
+    """Scores each batch in this process's event loop with a shared sandbox.
+
+    Args:
+        sandbox: Where programs run (already bounded to its worker count).
+        capacity: In-flight rollouts; a batch that does not fit is refused.
+        workers: Rollouts of one job scored at once.
+        ttl_s: Seconds a finished job stays retrievable.
+        on_result: Called with every result as it is ready (metrics).
+        clock: Monotonic seconds; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        capacity: Capacity,
+        *,
+        workers: int,
+        ttl_s: float,
+        on_result: Callable[[ScoredRollout], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._on_result = on_result
+        self.sandbox = sandbox
+        self.capacity = capacity
+        self._workers = workers
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._jobs: dict[str, _Job] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, batch: Batch) -> str:
+        """Accept ``batch``; see :meth:`JobRunner.submit`."""
+        self._expire()
+        self.capacity.reserve(len(batch.items))
+        job_id = uuid.uuid4().hex
+        job = _Job(JobView(job_id, "queued", len(batch.items), ()))
+        self._jobs[job_id] = job
+        task = asyncio.create_task(self._score(job, batch), name=f"execgym-job-{job_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job_id
+
+    async def _score(self, job: _Job, batch: Batch) -> None:
+        scorer = Scorer(dict(batch.tasks), self.sandbox, batch.limits, batch.skipped_tasks)
+        job.view = JobView(job.view.job_id, "running", job.view.total, ())
+        pending = len(batch.items)
+
+        def on_result(result: ScoredRollout) -> None:
+            nonlocal pending
+            pending -= 1
+            run = result.judgement.run if result.judgement else None
+            self.capacity.release(1, item_s=run.wall_time_s if run else None)
+            job.results.append(result)
+            if self._on_result is not None:
+                self._on_result(result)
+
+        state: JobState = "done"
+        message = ""
+        try:
+            results = await scorer.score(batch.items, workers=self._workers, on_result=on_result)
+            job.results = list(results)
+        except asyncio.CancelledError:
+            state, message = "failed", "the service stopped before the job finished"
+            raise
+        except Exception as error:  # our bug: the job fails, the service keeps going
+            log.exception("job_failed job_id=%s", job.view.job_id)
+            state, message = "failed", f"internal error ({type(error).__name__}); see the log"
+        finally:
+            self.capacity.release(pending)
+            job.view = JobView(job.view.job_id, state, job.view.total, (), message)
+            job.finished_at = self._clock()
+            job.done.set()
+
+    async def get(self, job_id: str) -> JobView | None:
+        """The job, or ``None``; see :meth:`JobRunner.get`."""
+        return self._view(job_id)
+
+    def _view(self, job_id: str) -> JobView | None:
+        self._expire()
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        results = sorted(job.results, key=lambda r: r.index)
+        view = job.view
+        return JobView(view.job_id, view.state, view.total, results, view.message)
+
+    async def wait(self, job_id: str) -> JobView | None:
+        """Wait for the job to end; see :meth:`JobRunner.wait`."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        await job.done.wait()
+        return self._view(job_id)
+
+    def _expire(self) -> None:
+        now = self._clock()
+        finished = sorted(
+            (job.finished_at, job_id)
+            for job_id, job in self._jobs.items()
+            if job.finished_at is not None
+        )
+        retained = sum(len(self._jobs[job_id].results) for _, job_id in finished)
+        for count, (finished_at, job_id) in enumerate(finished):
+            too_many = len(finished) - count > MAX_FINISHED_JOBS
+            if too_many or retained > MAX_RETAINED_RESULTS or now - finished_at > self._ttl_s:
+                retained -= len(self._jobs[job_id].results)
+                del self._jobs[job_id]
+
+    async def aclose(self) -> None:
+        """Cancel every running job and wait for it to stop."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,190 @@
+"""The HTTP routes; each is a thin translation between the schemas and :class:`Service`."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from execgym.sandbox.base import Status
+from execgym.server.languages import LANGUAGES
+from execgym.server.programs import (
+    LanguageUnavailable,
+    ProgramRequest,
+    decode_files,
+    find_language,
+)
+from execgym.server.responses import job_response, run_code_response, run_response
+from execgym.server.schemas import (
+    ErrorResponse,
+    JobResponse,
+    RunCodeRequest,
+    RunCodeResponse,
+    RunRequest,
+    RunResponse,
+    ScoreRequest,
+)
+from execgym.server.service import Service
+
+_bearer = HTTPBearer(auto_error=False, description="the token given to `execgym serve`")
+
+
+def service_of(request: Request) -> Service:
+    """The app's :class:`Service`."""
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def require_token(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008
+) -> None:
+    """Refuse the request (401) unless it carries the configured bearer token."""
+    token = service_of(request).settings.token
+    if token is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid bearer token is required: send 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+ERRORS = {
+    401: {"model": ErrorResponse, "description": "missing or wrong bearer token"},
+    413: {"model": ErrorResponse, "description": "request body too large"},
+    422: {"model": ErrorResponse, "description": "invalid request"},
+    429: {"model": ErrorResponse, "description": "at capacity; see Retry-After"},
+}
+
+health = APIRouter(tags=["health"])
+api = APIRouter(dependencies=[Depends(require_token)], responses=ERRORS)  # type: ignore[arg-type]
+
+
+@health.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@health.get("/readyz", responses={503: {"model": ErrorResponse}})
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: the sandbox runs a known-good program correctly."""
+    why = await service_of(request).ready()
+    if why is not None:
+        return JSONResponse({"error": "not_ready", "message": why}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@api.get("/metrics", tags=["health"], response_class=Response)
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics."""
+    registry = service_of(request).metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@api.get("/v1/ping", tags=["sandboxfusion"])
+async def ping() -> str:
+    """SandboxFusion's liveness check: answers ``"pong"``."""
+    return "pong"
+
+
+@api.post("/run_code", tags=["sandboxfusion"])
+async def run_code(body: RunCodeRequest, request: Request) -> RunCodeResponse:
+    """Run one program, SandboxFusion-style (what verl's ``call_sandbox_api`` sends).
+
+    A known language whose toolchain is missing here is answered ``Failed`` with a
+    ``language unavailable`` message and neither result, which verl scores as an API
+    failure rather than as the code's compile or runtime error.
+    """
+    service = service_of(request)
+    pod = service.settings.pod_name
+    memory = body.memory_limit_MB * 1024 * 1024 if body.memory_limit_MB > 0 else None
+    limits = service.limits(wall_time_s=body.run_timeout, memory_bytes=memory)
+    if body.compile_timeout > service.settings.max_wall_time_s:
+        service.limits(wall_time_s=body.compile_timeout)  # raises with the maximum
+    try:
+        program = ProgramRequest(
+            language=body.language,
+            code=body.code,
+            stdin=(body.stdin or "").encode(),
+            files=decode_files(body.files),
+            fetch_files=body.fetch_files,
+            compile_timeout_s=body.compile_timeout,
+            limits=limits,
+        )
+        outcome = await service.run(program)
+    except LanguageUnavailable as error:
+        return RunCodeResponse(status="Failed", message=str(error), executor_pod_name=pod)
+    return run_code_response(outcome, pod)
+
+
+@api.post("/v1/run", tags=["run"], responses={501: {"model": ErrorResponse}})
+async def run(body: RunRequest, request: Request) -> RunResponse:
+    """Run one program and return its output and resource usage, per step."""
+    service = service_of(request)
+    overrides = body.limits.model_dump(exclude_none=True) if body.limits else {}
+    limits = service.limits(**overrides)
+    if body.compile_timeout_s > service.settings.max_wall_time_s:
+        service.limits(wall_time_s=body.compile_timeout_s)
+    try:
+        find_language(body.language, service.toolchains)
+    except LanguageUnavailable as error:
+        raise HTTPException(status.HTTP_501_NOT_IMPLEMENTED, str(error)) from error
+    program = ProgramRequest(
+        language=body.language,
+        code=body.code,
+        stdin=body.stdin.encode(),
+        files=decode_files(body.files),
+        fetch_files=body.fetch_files,
+        compile_timeout_s=body.compile_timeout_s,
+        limits=limits,
+    )
+    outcome = await service.run(program)
+    if outcome.sandbox.status is Status.SANDBOX_ERROR:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, outcome.sandbox.message)
+    return run_response(body.language, outcome)
+
+
+@api.get("/v1/languages", tags=["run"])
+async def languages(request: Request) -> dict[str, str]:
+    """Each language and whether it runs here (``available`` or what is missing)."""
+    toolchains = service_of(request).toolchains
+    return {
+        name: "available"
+        if not toolchains.missing(lang)
+        else "missing " + ", ".join(toolchains.missing(lang))
+        for name, lang in LANGUAGES.items()
+    }
+
+
+@api.post("/v1/score", tags=["score"], status_code=200, responses={202: {"model": JobResponse}})
+async def score(body: ScoreRequest, request: Request, response: Response) -> JobResponse:
+    """Score a batch of rollouts; with ``wait: false``, answer 202 and a job id at once."""
+    service = service_of(request)
+    batch = service.batch(body)
+    job_id = await service.jobs.submit(batch)
+    if not body.wait:
+        view = await service.jobs.get(job_id)
+        response.status_code = status.HTTP_202_ACCEPTED
+        response.headers["Location"] = f"/v1/jobs/{job_id}"
+    else:
+        view = await service.jobs.wait(job_id)
+    if view is None:  # expired already: only with a TTL shorter than the job
+        raise HTTPException(status.HTTP_410_GONE, f"job {job_id} expired")
+    return job_response(view)
+
+
+@api.get("/v1/jobs/{job_id}", tags=["score"], responses={404: {"model": ErrorResponse}})
+async def job(job_id: str, request: Request) -> JobResponse:
+    """A job's state and its results so far."""
+    view = await service_of(request).jobs.get(job_id)
+    if view is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"no job {job_id!r}: unknown, or expired after its TTL"
+        )
+    return job_response(view)

@@ -1,0 +1,115 @@
+"""Process settings of the HTTP service, read from the environment only at the edge.
+
+Precedence: ``execgym serve`` flags > ``EXECGYM_SERVER_*`` variables > defaults.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from execgym.errors import ConfigError
+from execgym.limits import MiB, parse_size
+
+ENV_PREFIX = "EXECGYM_SERVER_"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """How the service runs; immutable, passed to :func:`execgym.server.create_app`.
+
+    Args:
+        token: Bearer token every request but ``/healthz`` and ``/readyz`` must carry
+            (``Authorization: Bearer <token>``); ``None`` turns authentication off.
+        isolation: Sandbox backend: ``"bwrap"``, ``"gvisor"`` or ``"none"``.
+        warm_pool: With bwrap, fork Python runs from a warm interpreter.
+        allow_root: Let ``isolation="none"`` run code as root (refused otherwise).
+        workers: Sandboxes running at once, over every request and job.
+        max_in_flight: Rollouts and programs accepted but not finished (queued or
+            running); past it a request gets 429 with ``Retry-After``.
+        max_body_bytes: Largest request body, in bytes; larger ones get 413.
+        max_batch: Most rollouts in one ``POST /v1/score``.
+        job_ttl_s: Seconds a finished job's results stay retrievable.
+        max_wall_time_s: Largest compile or run timeout a request may ask for, seconds.
+        max_memory_bytes: Largest memory a request may ask for, in bytes.
+        default_memory_bytes: Memory of a run whose request does not say, in bytes.
+        readiness_ttl_s: Seconds a passed sandbox self-test keeps ``/readyz`` green
+            before it is run again.
+        pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
+            ``EXECGYM_SERVER_POD_NAME`` from the pod's ``metadata.name``).
+
+    Raises:
+        ConfigError: if a number is not positive and finite, or a name is unknown.
+    """
+
+    token: str | None = None
+    isolation: str = "bwrap"
+    warm_pool: bool = True
+    allow_root: bool = False
+    workers: int = max(1, os.cpu_count() or 1)
+    max_in_flight: int = 1024
+    max_body_bytes: int = 64 * MiB
+    max_batch: int = 10_000
+    job_ttl_s: float = 3600.0
+    max_wall_time_s: float = 120.0
+    max_memory_bytes: int = 4096 * MiB
+    default_memory_bytes: int = 1024 * MiB
+    readiness_ttl_s: float = 30.0
+    pod_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{field.name} must be positive and finite, got {value!r}")
+        if self.token is not None and not self.token.strip():
+            raise ConfigError("token must not be empty; leave it unset to turn auth off")
+        if self.default_memory_bytes > self.max_memory_bytes:
+            raise ConfigError("default_memory_bytes must not exceed max_memory_bytes")
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> ServerSettings:
+        """Settings from ``EXECGYM_SERVER_<FIELD>`` variables, then ``overrides``.
+
+        Sizes accept units (``EXECGYM_SERVER_MAX_BODY_BYTES=16MiB``); booleans accept
+        ``1/0/true/false/yes/no``. ``None`` overrides are ignored.
+
+        Raises:
+            ConfigError: for an unknown ``EXECGYM_SERVER_`` variable or a bad value.
+        """
+        environ = os.environ if environ is None else environ
+        known = {field.name: field for field in fields(cls)}
+        values: dict[str, object] = {}
+        for key, text in environ.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in known:
+                raise ConfigError(f"unknown setting {key}; known: {sorted(known)}")
+            values[name] = _parse(name, text, cls.__dataclass_fields__[name].default)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _parse(name: str, text: str, default: object) -> object:
+    try:
+        if isinstance(default, bool):
+            lowered = text.strip().lower()
+            if lowered not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(text)
+            return lowered in ("1", "true", "yes")
+        if name.endswith("_bytes"):
+            return parse_size(text)
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except (ValueError, ConfigError) as error:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()}={text!r}: {error}") from error
+    return text

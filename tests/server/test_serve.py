@@ -1,0 +1,88 @@
+"""Smoke test: ``execgym serve`` runs a real uvicorn; a verl-shaped request goes over TCP."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import require
+from tests.server.test_run_code import VERL_HEADERS, verl_body
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    port = free_port()
+    env = {**os.environ, "EXECGYM_SERVER_TOKEN": "smoke-token"}
+    argv = [sys.executable, "-m", "execgym", "serve", "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                output = proc.stdout.read().decode() if proc.stdout else ""
+                pytest.fail(f"execgym serve exited early ({proc.returncode}): {output}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("execgym serve did not answer /healthz within 60 s")
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def test_serve_answers_verl_over_tcp(server: str) -> None:
+    headers = {**VERL_HEADERS, "Authorization": "Bearer smoke-token"}
+    body = verl_body("print(int(input()) * 2)", "21\n")
+    response = httpx.post(f"{server}/run_code", content=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["status"] == "Success"
+    assert answer["run_result"]["stdout"] == "42\n"
+    assert httpx.post(f"{server}/run_code", content=body, timeout=30).status_code == 401
+    ping = httpx.get(f"{server}/v1/ping", headers=headers, timeout=5)
+    assert ping.json() == "pong"
+
+
+def test_serve_refuses_bad_settings_with_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from execgym.cli import main
+
+    monkeypatch.setenv("EXECGYM_SERVER_WORKRES", "2")
+    result = CliRunner().invoke(main, ["serve"])
+    assert result.exit_code == 1
+    assert "unknown setting EXECGYM_SERVER_WORKRES" in result.output
+    monkeypatch.delenv("EXECGYM_SERVER_WORKRES")
+    if os.geteuid() == 0:
+        as_root = CliRunner().invoke(main, ["serve", "--isolation", "none"])
+        assert as_root.exit_code == 1
+        assert "root" in as_root.output
+    usage = CliRunner().invoke(main, ["serve", "--port", "0"])
+    assert usage.exit_code == 2
