@@ -106,6 +106,7 @@ class Worker:
         self.name = self.settings.name
         self.stats = WorkerStats()
         self._running: dict[asyncio.Task[None], Delivery] = {}
+        self._held: list[Delivery] = []
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -159,9 +160,38 @@ class Worker:
                 continue
             delay_s = 0.05
             for delivery in deliveries:
-                task = asyncio.create_task(self._settle(delivery))
-                self._running[task] = delivery
-                task.add_done_callback(self._finished)
+                if delivery.attempt > 1:
+                    await self._run_alone(delivery)
+                else:
+                    self._start(delivery)
+
+    def _start(self, delivery: Delivery) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._settle(delivery))
+        self._running[task] = delivery
+        task.add_done_callback(self._finished)
+        return task
+
+    async def _run_alone(self, delivery: Delivery) -> None:
+        """Run a job that was delivered before with nothing else beside it.
+
+        A job whose earlier deliveries ended without a result may be one that kills its
+        worker; alone, it takes no other job down with it, so only its own attempts
+        count towards the dead-letter stream.
+        """
+        self._held.append(delivery)  # heartbeats keep it ours while the others finish
+        try:
+            while self._running and not self._stopping.is_set():
+                self._slot_freed.clear()
+                await _first(self._slot_freed.wait(), self._stopping.wait())
+            if self._stopping.is_set():
+                with contextlib.suppress(BrokerError):
+                    await self.broker.retry(delivery, count_attempt=False)
+                    self.stats.handed_back += 1
+                return
+            task = self._start(delivery)
+        finally:
+            self._held.remove(delivery)
+        await _first(asyncio.shield(task), self._stopping.wait())
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
@@ -281,7 +311,8 @@ class Worker:
         interval_s = self.settings.heartbeat_s or self.broker.settings.visibility_timeout_s / 3
         while True:
             try:
-                await self.broker.heartbeat(self.name, list(self._running.values()))
+                held = [*self._running.values(), *self._held]
+                await self.broker.heartbeat(self.name, held)
             except BrokerError as error:
                 log.warning("heartbeat failed: %s", error)
             await asyncio.sleep(interval_s)

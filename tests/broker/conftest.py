@@ -39,10 +39,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One redis-server process with AOF (appendfsync always) in its own directory."""
+    """One redis-server process with AOF on, in its own directory.
+
+    ``appendfsync`` is ``everysec`` (Redis's default) unless a test needs ``always``
+    (every write on disk before it is answered: nothing lost even on SIGKILL).
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self.appendfsync = "everysec"
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -57,7 +62,7 @@ class RedisServer:
             "--bind", "127.0.0.1",
             "--dir", str(self.directory),
             "--appendonly", "yes",
-            "--appendfsync", "always",
+            "--appendfsync", self.appendfsync,
             "--save", "",
             "--protected-mode", "no",
         ]  # fmt: skip

@@ -105,7 +105,7 @@ async def test_retry_counts_attempts_and_dead_letter_keeps_the_reason(broker: Br
     await broker.dead_letter(delivery, "gave up: because")
     assert await broker.queued() == 0
     (dead,) = await broker.dead_letters()
-    assert (dead.job_id, dead.attempts, dead.reason) == ("b/0", 2, "gave up: because")
+    assert (dead.job_id, dead.deliveries, dead.reason) == ("b/0", 2, "gave up: because")
     assert JobMessage.from_json(dead.raw).job_id == "b/0"
 
 

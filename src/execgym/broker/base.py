@@ -84,13 +84,13 @@ class DeadLetter:
 
     Attributes:
         job_id: The job's id (``""`` if its message was unreadable).
-        attempts: Deliveries made.
+        deliveries: Deliveries made, counting the one that gave up.
         reason: Why it was given up on.
         raw: The job message as it was queued.
     """
 
     job_id: str
-    attempts: int
+    deliveries: int
     reason: str
     raw: str
 
@@ -120,7 +120,8 @@ class Broker(Protocol):
     async def consume(self, consumer: str, count: int, block_s: float) -> list[Delivery]:
         """Take up to ``count`` jobs for ``consumer``, waiting up to ``block_s`` for one.
 
-        Jobs reclaimed from dead workers come first, then new ones.
+        A job reclaimed from a dead worker comes first, alone (one per call), then
+        new ones.
         """
         ...
 

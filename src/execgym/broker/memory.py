@@ -98,8 +98,9 @@ class MemoryBroker:
         """Take up to ``count`` jobs: reclaimed ones first, then new ones."""
         deadline = self.clock() + block_s
         while True:
-            taken = self._reclaim(consumer, count)
-            while self._waiting and len(taken) < count:
+            taken = self._reclaim(consumer)
+            reclaimed = bool(taken)
+            while self._waiting and len(taken) < count and not reclaimed:
                 entry_id = self._waiting.popleft()
                 if entry_id in self._entries:
                     taken.append(self._deliver(entry_id, consumer))
@@ -108,15 +109,13 @@ class MemoryBroker:
             async with self._condition():
                 await self._wait(min(deadline - self.clock(), self.settings.visibility_timeout_s))
 
-    def _reclaim(self, consumer: str, count: int) -> list[Delivery]:
+    def _reclaim(self, consumer: str) -> list[Delivery]:
+        """One stalled job at most, as the Redis broker does."""
         stale = self.clock() - self.settings.visibility_timeout_s
-        taken = []
         for entry_id, entry in self._entries.items():
-            if len(taken) >= count:
-                break
             if entry.deliveries and entry.seen_at <= stale:
-                taken.append(self._deliver(entry_id, consumer))
-        return taken
+                return [self._deliver(entry_id, consumer)]
+        return []
 
     def _deliver(self, entry_id: str, consumer: str) -> Delivery:
         entry = self._entries[entry_id]

@@ -195,26 +195,32 @@ class RedisStreamsBroker:
     async def consume(self, consumer: str, count: int, block_s: float) -> list[Delivery]:
         """Take up to ``count`` jobs: reclaimed ones first, then new ones."""
         await self.ensure_group()
-        taken: list[Delivery] = []
         if time.monotonic() >= self._next_claim:
-            taken = await self._reclaim(consumer, count)
-            if not taken:
-                self._next_claim = time.monotonic() + self.settings.visibility_timeout_s / 4
-        if len(taken) < count:
-            block_ms = None if taken else max(1, int(min(block_s, self.block_s) * 1000))
-            with self._errors("read jobs"):
-                reply = await self.redis.xreadgroup(
-                    GROUP, consumer, {self.keys.jobs: ">"}, count=count - len(taken), block=block_ms
-                )
-            for _stream, entries in reply or []:
-                taken.extend(_delivery(entry_id, fields, 1) for entry_id, fields in entries)
-        return taken
+            reclaimed = await self._reclaim(consumer)
+            if reclaimed:
+                return reclaimed
+            self._next_claim = time.monotonic() + self.settings.visibility_timeout_s / 4
+        block_ms = max(1, int(min(block_s, self.block_s) * 1000))
+        with self._errors("read jobs"):
+            reply = await self.redis.xreadgroup(
+                GROUP, consumer, {self.keys.jobs: ">"}, count=count, block=block_ms
+            )
+        return [
+            _delivery(entry_id, fields, 1)
+            for _stream, entries in reply or []
+            for entry_id, fields in entries
+        ]
 
-    async def _reclaim(self, consumer: str, count: int) -> list[Delivery]:
+    async def _reclaim(self, consumer: str) -> list[Delivery]:
+        """One stalled job at most.
+
+        The jobs a dead worker held are spread out, so a job that kills workers does
+        not take the same neighbours down each time.
+        """
         idle_ms = int(self.settings.visibility_timeout_s * 1000)
         with self._errors("reclaim stalled jobs"):
             cursor, entries, *_ = await self.redis.xautoclaim(
-                self.keys.jobs, GROUP, consumer, idle_ms, start_id=self._claim_cursor, count=count
+                self.keys.jobs, GROUP, consumer, idle_ms, start_id=self._claim_cursor, count=1
             )
             self._claim_cursor = cursor
             if not entries:
@@ -299,7 +305,7 @@ class RedisStreamsBroker:
         """Move the job to the dead-letter stream with ``reason``."""
         fields = {
             "job_id": delivery.job.job_id if delivery.job else "",
-            "attempts": delivery.attempt,
+            "deliveries": delivery.attempt,
             "reason": reason,
             "job": delivery.raw,
         }
@@ -315,7 +321,7 @@ class RedisStreamsBroker:
         with self._errors("read the dead letters"):
             entries = await self.redis.xrevrange(self.keys.dead, count=limit)
         return [
-            DeadLetter(f["job_id"], int(f["attempts"]), f["reason"], f["job"])
+            DeadLetter(f["job_id"], int(f["deliveries"]), f["reason"], f["job"])
             for _id, f in reversed(entries)
         ]
 
