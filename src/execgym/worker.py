@@ -391,3 +391,48 @@ async def serve(worker: Worker) -> None:
     finally:
         for number in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(number)
+
+
+async def run_node(worker: Worker) -> None:
+    """What ``execgym worker`` runs: self-test the sandbox, serve, then close everything.
+
+    Raises:
+        SandboxSetupFailed: if the sandbox fails its self-test (nothing is consumed).
+        BrokerUnavailable: if the broker cannot be reached at start-up.
+    """
+    try:
+        await Scorer({}, worker.sandbox).self_test()
+        ping = getattr(worker.broker, "ping", None)
+        if ping is not None:
+            await ping()
+        await serve(worker)
+    finally:
+        aclose = getattr(worker.sandbox, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await worker.broker.aclose()
+
+
+async def describe_broker(broker: Broker) -> str:
+    """A few lines on a broker's state, for ``execgym worker --check``.
+
+    Raises:
+        BrokerUnavailable: if it cannot be reached.
+    """
+    try:
+        ping = getattr(broker, "ping", None)
+        if ping is not None:
+            await ping()
+        lines = [
+            f"broker: {broker.name}: reachable",
+            f"jobs waiting or running: {await broker.queued()}",
+        ]
+        live_workers = getattr(broker, "live_workers", None)
+        if live_workers is not None:
+            live = await live_workers()
+            running = sum(int(info.get("running", 0)) for info in live.values())
+            lines.append(f"live workers: {len(live)} ({running} jobs running)")
+        lines.append(f"dead letters (latest): {len(await broker.dead_letters())}")
+        return "\n".join(lines)
+    finally:
+        await broker.aclose()

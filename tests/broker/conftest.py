@@ -141,6 +141,16 @@ def spawn_fake_worker(
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def reap(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Kill what is still running of ``processes`` and wait for all of them."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

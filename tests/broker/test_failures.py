@@ -17,19 +17,14 @@ import pytest
 from execgym.broker import ResultMessage, score_jobs
 from execgym.broker.keys import GROUP
 from execgym.broker.redis_streams import RedisStreamsBroker
-from tests.broker.conftest import FAST, RedisServer, job, rss_bytes, spawn_fake_worker
+from tests.broker.conftest import FAST, RedisServer, job, reap, rss_bytes, spawn_fake_worker
 
 
 @pytest.fixture
 def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+    reap(started)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ See :mod:`execgym.broker.base` for the delivery semantics and
 from __future__ import annotations
 
 from execgym.broker.base import Broker, BrokerSettings, DeadLetter, Delivery
-from execgym.broker.client import make_jobs, score_jobs, score_rollouts
+from execgym.broker.client import RemoteBatch, make_jobs, score_jobs, score_rollouts
 from execgym.broker.keys import GROUP, Keys
 from execgym.broker.memory import MemoryBroker
 from execgym.broker.messages import MESSAGE_VERSION, JobMessage, ResultMessage
@@ -52,6 +52,7 @@ __all__ = [
     "JobMessage",
     "Keys",
     "MemoryBroker",
+    "RemoteBatch",
     "ResultMessage",
     "make_jobs",
     "open_broker",

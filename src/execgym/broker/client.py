@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from execgym.broker.base import Broker
@@ -77,19 +79,24 @@ def _check_batch(jobs: Sequence[JobMessage]) -> str:
     return batches.pop() if batches else ""
 
 
-async def _submit_all(broker: Broker, jobs: Sequence[JobMessage], timeout_s: float | None) -> None:
-    delay_s = 0.05
+async def _submit_all(
+    broker: Broker, jobs: Sequence[JobMessage], timeout_s: float | None, outage_timeout_s: float
+) -> None:
     for start in range(0, len(jobs), SUBMIT_CHUNK):
         chunk = jobs[start : start + SUBMIT_CHUNK]
+        delay_s = 0.05
+        failing_since = None
         while True:
             try:
                 await broker.submit(chunk, wait=True, timeout_s=timeout_s)
                 break
             except BrokerUnavailable as error:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > outage_timeout_s:
+                    raise
                 log.warning("submit: %s; retrying in %.2f s", error, delay_s)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 2.0)
-        delay_s = 0.05
 
 
 async def score_jobs(
@@ -98,6 +105,7 @@ async def score_jobs(
     *,
     ordered: bool = False,
     submit_timeout_s: float | None = None,
+    outage_timeout_s: float = 120.0,
 ) -> AsyncIterator[ResultMessage]:
     """Submit one batch and yield one result per job.
 
@@ -106,16 +114,19 @@ async def score_jobs(
         jobs: One batch: the same ``batch_id``, distinct ``job_id`` values.
         ordered: Yield in the order of ``jobs`` instead of as they finish.
         submit_timeout_s: Longest wait for room in a full queue, per chunk.
+        outage_timeout_s: How long submitting rides out a broker that cannot be
+            reached (a Redis restart) before giving up.
 
     Raises:
         ValueError: if the jobs are not one batch with unique ids.
         QueueFull: if the queue stayed full past ``submit_timeout_s``.
+        BrokerUnavailable: if the broker stayed unreachable past ``outage_timeout_s``.
     """
     if not jobs:
         return
     batch_id = _check_batch(jobs)
     order = {job.job_id: position for position, job in enumerate(jobs)}
-    submitter = asyncio.create_task(_submit_all(broker, jobs, submit_timeout_s))
+    submitter = asyncio.create_task(_submit_all(broker, jobs, submit_timeout_s, outage_timeout_s))
     results = broker.results(batch_id, len(jobs))
     pending: dict[int, ResultMessage] = {}
     position = 0
@@ -189,3 +200,54 @@ async def score_rollouts(
             position += 1
     for index in indexes[position:]:
         yield waiting.pop(index)
+
+
+@dataclass
+class RemoteBatch:
+    """A batch scored through a broker, as ``execgym score --broker`` runs it.
+
+    Args:
+        broker: The broker (closed when the batch ends).
+        tasks: ``{task_id: Task}``.
+        items: The rollouts (and unusable lines) in input order.
+        limits: Limits for every run.
+        skipped_tasks: ``{task_id: why}`` for tasks left out as invalid.
+    """
+
+    broker: Broker
+    tasks: Mapping[str, Task]
+    items: Sequence[RolloutLine | LineProblem]
+    limits: Limits = DEFAULT_LIMITS
+    skipped_tasks: Mapping[str, str] | None = None
+
+    async def run(self, on_result: Callable[[ScoredRollout], None]) -> list[ScoredRollout]:
+        """Score every item, calling ``on_result`` as each finishes.
+
+        Returns:
+            All results, in input order.
+
+        Raises:
+            BrokerUnavailable: if the broker cannot be reached (checked first).
+        """
+        try:
+            await self._check()
+            results = []
+            async for scored in score_rollouts(
+                self.broker, self.tasks, self.items, self.limits, skipped_tasks=self.skipped_tasks
+            ):
+                on_result(scored)
+                results.append(scored)
+            return sorted(results, key=lambda r: r.index)
+        finally:
+            await self.broker.aclose()
+
+    async def _check(self) -> None:
+        ping = getattr(self.broker, "ping", None)
+        if ping is not None:
+            await ping()
+        live_workers = getattr(self.broker, "live_workers", None)
+        if live_workers is not None and not await live_workers():
+            log.warning(
+                "no worker is consuming this broker yet; results come once one starts "
+                "(execgym worker --broker URL)"
+            )

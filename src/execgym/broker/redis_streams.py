@@ -92,6 +92,8 @@ class RedisStreamsBroker:
         settings: Queue bound, visibility timeout, result TTL.
         prefix: Start of every key (:class:`~execgym.broker.keys.Keys`).
         block_s: Longest a blocking read waits; the socket timeout is above it.
+        outage_timeout_s: How long :meth:`results` rides out a lost Redis before it
+            raises :class:`~execgym.errors.BrokerUnavailable`.
 
     Every method raises :class:`~execgym.errors.BrokerUnavailable` when Redis cannot
     be reached (after redis-py's own short retries), so callers can back off.
@@ -106,8 +108,10 @@ class RedisStreamsBroker:
         *,
         prefix: str = "execgym",
         block_s: float = 1.0,
+        outage_timeout_s: float = 120.0,
     ) -> None:
         self.url = url
+        self.outage_timeout_s = outage_timeout_s
         self.settings = settings or BrokerSettings()
         self.keys = Keys(prefix)
         self.block_s = block_s
@@ -261,6 +265,14 @@ class RedisStreamsBroker:
             if not owned:
                 await self.redis.xgroup_delconsumer(self.keys.jobs, GROUP, consumer)
 
+    async def live_workers(self) -> dict[str, dict[str, Any]]:
+        """``{name: heartbeat}`` of the workers whose heartbeat has not expired."""
+        with self._errors("list the workers"):
+            keys = [k async for k in self.redis.scan_iter(match=self.keys.workers_pattern)]
+            values = await self.redis.mget(keys) if keys else []
+        start = len(self.keys.worker(""))
+        return {k[start:]: json.loads(v) for k, v in zip(keys, values, strict=True) if v}
+
     async def is_done(self, job_id: str) -> bool:
         """Whether a result for ``job_id`` is stored."""
         with self._errors("look up a result"):
@@ -335,6 +347,7 @@ class RedisStreamsBroker:
         last = "0-0"
         seen: set[str] = set()
         delay_s = 0.05
+        failing_since = None
         while len(seen) < count:
             try:
                 with self._errors("read results"):
@@ -342,11 +355,14 @@ class RedisStreamsBroker:
                         {stream: last}, count=1000, block=int(self.block_s * 1000)
                     )
             except BrokerUnavailable as error:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > self.outage_timeout_s:
+                    raise
                 log.warning("results: %s; retrying in %.2f s", error, delay_s)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 2.0)
                 continue
-            delay_s = 0.05
+            delay_s, failing_since = 0.05, None
             for _stream, entries in reply or []:
                 for entry_id, fields in entries:
                     last = entry_id
