@@ -143,6 +143,9 @@ async def test_job_that_crashes_every_worker_is_dead_lettered_and_the_rest_compl
     assert "dead-lettered after 3 attempt(s)" in crashed.result["message"]
     assert [r.result["verdict"] for r in results[:5] + results[6:]] == ["passed"] * 19
     assert crashes == 3
+    async with asyncio.timeout(5):  # the result is stored first, then the job moved
+        while not await client.dead_letters():
+            await asyncio.sleep(0.05)
     (dead,) = await client.dead_letters()
     assert (dead.job_id, dead.deliveries) == ("b/5", 4)
     assert "worker died" in dead.reason
