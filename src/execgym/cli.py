@@ -14,16 +14,18 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO
 
 import click
 
 from execgym._version import __version__
+from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import Error, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
 from execgym.reward import load_spec
-from execgym.sandbox import ISOLATIONS, WarmPoolSandbox, create_sandbox
+from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.summary import summarize
 from execgym.tasks import (
@@ -36,6 +38,7 @@ from execgym.tasks import (
     load_rollouts,
     load_tasks,
 )
+from execgym.worker import Worker, WorkerSettings, describe_broker, run_node
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:
@@ -120,6 +123,22 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
     return size
 
 
+_isolation_option = click.option(
+    "--isolation",
+    type=click.Choice(ISOLATIONS),
+    default="bwrap",
+    show_default=True,
+    help="Sandbox backend; 'none' runs code UNISOLATED (development only).",
+)
+
+
+def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
+    """The sandbox for ``--isolation``: the warm pool for bwrap unless turned off."""
+    if isolation == "bwrap" and warm_pool:
+        return WarmPoolSandbox()
+    return create_sandbox(isolation, allow_root=allow_root)
+
+
 @main.command()
 @click.argument(
     "tasks_path", metavar="[TASKS]", required=False, type=click.Path(exists=True, dir_okay=False)
@@ -146,13 +165,7 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
     show_default=True,
     help="Results JSONL, one line per rollout, written as they finish.",
 )
-@click.option(
-    "--isolation",
-    type=click.Choice(ISOLATIONS),
-    default="bwrap",
-    show_default=True,
-    help="Sandbox backend; 'none' runs code UNISOLATED (development only).",
-)
+@_isolation_option
 @click.option(
     "--timeout",
     "wall_time_s",
@@ -211,6 +224,14 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
     help="Reward spec: binary, fraction, quality, or a TOML file; results then carry "
     "reward_breakdown [default: the binary reward, no breakdown].",
 )
+@click.option(
+    "--broker",
+    "broker_url",
+    default="embedded",
+    show_default=True,
+    help="Where rollouts are judged: 'embedded' (here) or redis://HOST:PORT/DB, consumed "
+    "by `execgym worker` nodes (then --isolation, --workers and --warm-pool are theirs).",
+)
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
@@ -226,6 +247,7 @@ def score(
     warm_pool: bool,
     allow_root: bool,
     reward_name: str | None,
+    broker_url: str,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
@@ -234,6 +256,7 @@ def score(
       execgym score --dataset humaneval --solutions canonical -o results.jsonl
       execgym score tasks.jsonl rollouts.jsonl -o results.jsonl --timeout 5 --memory 256MiB
       execgym score --dataset humaneval --solutions canonical --reward quality
+      execgym score tasks.jsonl rollouts.jsonl --broker redis://localhost:6379/0
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     k_values = _parse_ks(ks)
     try:
@@ -244,11 +267,25 @@ def score(
         )
         reward = load_spec(reward_name) if reward_name is not None else None
         tasks, items, skipped = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
-        sandbox = (
-            WarmPoolSandbox()
-            if isolation == "bwrap" and warm_pool
-            else create_sandbox(isolation, allow_root=allow_root)
-        )
+        if broker_url not in EMBEDDED:
+            if reward is not None:
+                raise click.UsageError(
+                    "--reward is computed where rollouts are judged and workers use the "
+                    "binary reward for now: drop --reward, or score with --broker embedded"
+                )
+            broker = open_broker(broker_url)
+    except Error as error:
+        raise click.ClickException(str(error)) from error
+    if broker_url not in EMBEDDED:
+        _warn_unknown_tasks(tasks, skipped, items)
+        started = time.monotonic()
+        remote = RemoteBatch(broker, tasks, items, limits, skipped)
+        results = _write_results(remote.run, len(items), output)
+        click.echo(summarize(results, time.monotonic() - started, k_values).render())
+        click.echo(f"isolation: the workers' (see each result); broker: {broker_url}")
+        return
+    try:
+        sandbox = _sandbox(isolation, warm_pool, allow_root)
     except Error as error:
         raise click.ClickException(str(error)) from error
     cpus = os.cpu_count() or 1
@@ -288,14 +325,32 @@ def _warn_unknown_tasks(
 def _score_to_file(
     scorer: Scorer, items: list[RolloutLine | LineProblem], workers: int | None, output: str
 ) -> list[ScoredRollout]:
-    written: list[ScoredRollout] = []
-    stopped_by: list[int] = []
     try:
         asyncio.run(scorer.self_test())
     except Error as error:
         raise click.ClickException(str(error)) from error
     finally:
         _close(scorer.sandbox)
+
+    async def run(write: Callable[[ScoredRollout], None]) -> list[ScoredRollout]:
+        try:
+            return await scorer.score(items, workers=workers, on_result=write)
+        finally:
+            aclose = getattr(scorer.sandbox, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    return _write_results(run, len(items), output)
+
+
+def _write_results(
+    run: Callable[[Callable[[ScoredRollout], None]], Awaitable[list[ScoredRollout]]],
+    total: int,
+    output: str,
+) -> list[ScoredRollout]:
+    """Run a batch with ``run(write)``, writing each result to ``output`` as it comes."""
+    written: list[ScoredRollout] = []
+    stopped_by: list[int] = []
     try:
         # Lone surrogates (from a program's exception message, say) become JSON escapes.
         sink = Path(output).open("w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
@@ -305,15 +360,17 @@ def _score_to_file(
         ) from error
     with sink:
         try:
-            return asyncio.run(
-                _score_with_progress(scorer, items, workers, sink, written, stopped_by)
-            )
+            return asyncio.run(_with_progress(run, total, sink, written, stopped_by))
         except (KeyboardInterrupt, asyncio.CancelledError):
             click.echo(
-                f"interrupted: {len(written)} of {len(items)} results were written to {output}",
+                f"interrupted: {len(written)} of {total} results were written to {output}",
                 err=True,
             )
             sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
+        except Error as error:
+            raise click.ClickException(
+                f"{error} ({len(written)} of {total} results were written to {output})"
+            ) from error
 
 
 def _close(sandbox: object) -> None:
@@ -323,10 +380,9 @@ def _close(sandbox: object) -> None:
         asyncio.run(aclose())
 
 
-async def _score_with_progress(
-    scorer: Scorer,
-    items: list[RolloutLine | LineProblem],
-    workers: int | None,
+async def _with_progress(
+    run: Callable[[Callable[[ScoredRollout], None]], Awaitable[list[ScoredRollout]]],
+    total: int,
     sink: IO[str],
     written: list[ScoredRollout],
     stopped_by: list[int],
@@ -345,7 +401,7 @@ async def _score_with_progress(
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
 
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
-    with tqdm(total=len(items), unit="rollout", file=sys.stderr, disable=None) as bar:
+    with tqdm(total=total, unit="rollout", file=sys.stderr, disable=None) as bar:
 
         def write(result: ScoredRollout) -> None:
             sink.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
@@ -353,12 +409,91 @@ async def _score_with_progress(
             written.append(result)
             bar.update(1)
 
-        try:
-            return await scorer.score(items, workers=workers, on_result=write)
-        finally:
-            aclose = getattr(scorer.sandbox, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        return await run(write)
+
+
+@main.command()
+@click.option(
+    "--broker",
+    "broker_url",
+    required=True,
+    help="The queue to consume: redis://HOST:PORT/DB (or 'embedded', for trying it out).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sandboxes at once [default: CPU count].",
+)
+@_isolation_option
+@click.option("--warm-pool/--no-warm-pool", default=True, show_default=True, help="As for score.")
+@click.option("--allow-root", is_flag=True, help="Let --isolation none run as root.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Deliveries that may end without a result before a job is dead-lettered.",
+)
+@click.option(
+    "--visibility-timeout",
+    "visibility_timeout_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    callback=_positive_seconds,
+    help="Seconds without a heartbeat after which a worker's jobs go to others "
+    "(the same for every worker of a queue).",
+)
+@click.option(
+    "--drain-timeout",
+    "drain_timeout_s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    callback=_positive_seconds,
+    help="On SIGTERM, seconds running jobs may take before they are handed back.",
+)
+@click.option("--prefix", default="execgym", show_default=True, help="Key prefix in Redis.")
+@click.option("--check", is_flag=True, help="Check the broker and print its state, then exit.")
+def worker(
+    broker_url: str,
+    concurrency: int | None,
+    isolation: str,
+    warm_pool: bool,
+    allow_root: bool,
+    max_attempts: int,
+    visibility_timeout_s: float,
+    drain_timeout_s: float,
+    prefix: str,
+    check: bool,
+) -> None:
+    """Judge jobs from a broker in sandboxes until SIGTERM (then drain and exit 0).
+
+    \b
+    Examples:
+      execgym worker --broker redis://localhost:6379/0 --concurrency 8
+      execgym worker --broker redis://localhost:6379/0 --check
+    """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
+    settings = BrokerSettings(visibility_timeout_s=visibility_timeout_s)
+    try:
+        broker = open_broker(broker_url, settings, prefix=prefix)
+        if check:
+            click.echo(asyncio.run(describe_broker(broker)))
+            return
+        sandbox = _sandbox(isolation, warm_pool, allow_root)
+        node = Worker(
+            broker,
+            sandbox,
+            WorkerSettings(
+                concurrency=concurrency or os.cpu_count() or 1,
+                max_attempts=max_attempts,
+                drain_timeout_s=drain_timeout_s,
+            ),
+        )
+        asyncio.run(run_node(node))
+    except Error as error:
+        raise click.ClickException(str(error)) from error
 
 
 @main.command()

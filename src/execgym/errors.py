@@ -11,9 +11,13 @@ Error:
     ├── CapacityExceeded        a service is full; retry after ``retry_after_s``
     ├── TaskError               a task, rollout or input file is invalid
     │   └── TaskNotFound        a data set or task id that does not exist
-    └── SandboxError            the sandbox could not do its job
-        ├── SandboxUnavailable  backend missing on this host (no bwrap, no user namespaces)
-        └── SandboxSetupFailed  namespaces, mounts or cgroups could not be set up
+    ├── SandboxError            the sandbox could not do its job
+    │   ├── SandboxUnavailable  backend missing on this host (no bwrap, no user namespaces)
+    │   └── SandboxSetupFailed  namespaces, mounts or cgroups could not be set up
+    └── BrokerError             the job queue could not do its job
+        ├── BrokerUnavailable   the queue's service (Redis) cannot be reached
+        ├── QueueFull           the queue is at its bound: back off and retry later
+        └── MessageError        a job or result message on the queue is malformed
 """
 
 from __future__ import annotations
@@ -63,3 +67,37 @@ class SandboxUnavailable(SandboxError):
 
 class SandboxSetupFailed(SandboxError):
     """Namespaces, mounts or cgroups could not be set up for one run."""
+
+
+class BrokerError(Error):
+    """The job queue (:mod:`execgym.broker`) failed; the jobs themselves may be fine."""
+
+
+class BrokerUnavailable(BrokerError):
+    """The broker's service cannot be reached (Redis down, wrong URL, refused auth).
+
+    The message names the URL (without its password) and how to check it.
+    """
+
+
+class QueueFull(BrokerError):
+    """The queue holds as many jobs as it is allowed to; nothing of the batch was queued.
+
+    Raised by ``Broker.submit(..., wait=False)`` and when a waiting submit runs out of
+    time. An HTTP front end answers 429 with ``Retry-After: ceil(retry_after_s)``.
+
+    Attributes:
+        retry_after_s: A hint: seconds after which a retry is likely to fit.
+        queued: Jobs waiting or running when the batch was refused.
+        max_queue_length: The queue's bound.
+    """
+
+    def __init__(self, message: str, *, retry_after_s: float, queued: int, max_queue_length: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.queued = queued
+        self.max_queue_length = max_queue_length
+
+
+class MessageError(BrokerError):
+    """A message on the queue is not a valid job or result (wrong version, bad fields)."""

@@ -1,0 +1,64 @@
+"""Every Redis key and stream name execgym uses, in one place.
+
+All names start with a prefix (``"execgym"`` by default), so one Redis can hold several
+independent queues (one per team, or one per test) without their keys meeting.
+
+=============================  ======  ================================================
+name                           type    holds
+=============================  ======  ================================================
+``<prefix>:jobs``              stream  jobs waiting or running (acked ones are deleted)
+``<prefix>:dead``              stream  jobs given up on, with the reason (capped)
+``<prefix>:result:<job_id>``   string  the result of a job (JSON), kept ``result_ttl_s``
+``<prefix>:done:<batch_id>``   stream  results of a batch as they finish, for its caller
+``<prefix>:worker:<name>``     string  a worker's heartbeat (JSON), expires when it dies
+=============================  ======  ================================================
+
+The consumer group on the jobs stream is :data:`GROUP`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "execgym-workers"
+"""The consumer group every worker reads the jobs stream in."""
+
+DEFAULT_PREFIX = "execgym"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names under one prefix.
+
+    Args:
+        prefix: Start of every key; no ``:`` at its end.
+    """
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def jobs(self) -> str:
+        """The jobs stream."""
+        return f"{self.prefix}:jobs"
+
+    @property
+    def dead(self) -> str:
+        """The dead-letter stream."""
+        return f"{self.prefix}:dead"
+
+    def result(self, job_id: str) -> str:
+        """The key holding the result of ``job_id``."""
+        return f"{self.prefix}:result:{job_id}"
+
+    def done(self, batch_id: str) -> str:
+        """The stream announcing the results of ``batch_id``."""
+        return f"{self.prefix}:done:{batch_id}"
+
+    def worker(self, name: str) -> str:
+        """The heartbeat key of the worker ``name``."""
+        return f"{self.prefix}:worker:{name}"
+
+    @property
+    def workers_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for every worker's heartbeat key."""
+        return f"{self.prefix}:worker:*"

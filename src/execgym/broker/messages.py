@@ -1,0 +1,189 @@
+"""The messages on the queue: a job to judge and its result, as versioned JSON.
+
+Never pickle: a worker decodes what a trainer (or anyone who can write to Redis)
+sent, so a message is data validated by pydantic on receipt, and a message that does
+not validate is dead-lettered with the reason instead of crashing a worker.
+
+A job carries everything needed to judge it (the task, the rollout and the limits),
+so a worker needs no task files; its ``job_id`` is the idempotency key: however many
+times a job is delivered or submitted, one result is stored per ``job_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from execgym.errors import Error, MessageError
+from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox.base import RunResult, Status
+from execgym.scoring import ScoredRollout
+from execgym.tasks.models import Rollout, Task
+
+MESSAGE_VERSION = 1
+"""The wire format's version; a message of another version is refused, not guessed at."""
+
+_M = TypeVar("_M", bound="_Message")
+
+
+class _Message(BaseModel):
+    """What every message shares: compact JSON out, validated JSON in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: ClassVar[str] = "message"
+
+    def to_json(self) -> str:
+        """The message as compact JSON."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls: type[_M], data: str | bytes) -> _M:
+        """Decode and validate a message.
+
+        Raises:
+            MessageError: naming every invalid field, or the wrong version.
+        """
+        what = cls.kind
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in item['loc']) or what}: {item['msg']}"
+                for item in error.errors()
+            )
+            raise MessageError(
+                f"not a valid {what} message (version {MESSAGE_VERSION}): {problems}"
+            ) from None
+        except Error as error:  # a field's own check (Limits) raises our errors
+            raise MessageError(f"not a valid {what} message: {error}") from error
+
+
+class JobMessage(_Message):
+    """One rollout to judge, as it travels on the queue.
+
+    Attributes:
+        version: :data:`MESSAGE_VERSION`.
+        job_id: Idempotency key, unique per rollout (e.g. ``"<batch_id>/<index>"``).
+        batch_id: The batch whose caller waits for the result; results are announced
+            on the batch's own stream.
+        index: The rollout's position in its batch.
+        task: The task, in full.
+        rollout: The rollout.
+        limits: Limits for the run (the task's own ``limits`` still override them).
+        attempt: Attempts already counted before this delivery, plus one: 1 for a new
+            job; a job handed back after a crash keeps counting.
+    """
+
+    kind: ClassVar[str] = "job"
+
+    version: Literal[1] = MESSAGE_VERSION
+    job_id: str = Field(min_length=1, max_length=512)
+    batch_id: str = Field(default="", max_length=512)
+    index: int = Field(default=0, ge=0)
+    task: Task
+    rollout: Rollout
+    limits: Limits = DEFAULT_LIMITS
+    attempt: int = Field(default=1, ge=1)
+
+
+class ResultMessage(_Message):
+    """The result of one job, stored under its ``job_id`` and announced to its batch.
+
+    Attributes:
+        version: :data:`MESSAGE_VERSION`.
+        job_id: The job's idempotency key.
+        batch_id: The job's batch.
+        result: The result, as one line of the results JSONL
+            (:meth:`execgym.ScoredRollout.to_json`).
+        run_status: The sandbox's :class:`~execgym.sandbox.Status` of the last run,
+            ``None`` when nothing ran.
+        worker: The worker that produced it.
+        delivery_attempt: Which delivery of the job produced it (1 unless a worker
+            died or handed it back).
+        dead_lettered: Whether the job was given up on (see ``result["message"]``).
+    """
+
+    kind: ClassVar[str] = "result"
+
+    version: Literal[1] = MESSAGE_VERSION
+    job_id: str = Field(min_length=1)
+    batch_id: str = ""
+    result: dict[str, Any]
+    run_status: str | None = None
+    worker: str = ""
+    delivery_attempt: int = Field(default=1, ge=1)
+    dead_lettered: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        job: JobMessage,
+        scored: ScoredRollout,
+        *,
+        worker: str = "",
+        attempt: int = 1,
+        dead: bool = False,
+    ) -> ResultMessage:
+        """The message for ``job`` scored as ``scored``."""
+        run = scored.judgement.run if scored.judgement else None
+        return cls(
+            job_id=job.job_id,
+            batch_id=job.batch_id,
+            result=scored.to_json(),
+            run_status=run.status.value if run else None,
+            worker=worker,
+            delivery_attempt=attempt,
+            dead_lettered=dead,
+        )
+
+    def scored(self) -> ScoredRollout:
+        """The result as a :class:`~execgym.ScoredRollout` (its output is the kept tail).
+
+        Raises:
+            MessageError: if ``result`` lacks a field a result line always has.
+        """
+        try:
+            return _scored_from_json(self.result, self.run_status)
+        except (KeyError, ValueError, TypeError) as error:
+            raise MessageError(f"result of job {self.job_id!r} is malformed: {error!r}") from error
+
+
+def _scored_from_json(data: dict[str, Any], run_status: str | None) -> ScoredRollout:
+    verdict = Verdict(data["verdict"])
+    run = None
+    if run_status is not None:
+        run = RunResult(
+            status=Status(run_status),
+            exit_code=data["exit_code"],
+            signal=data["signal"],
+            stdout=data["stdout_tail"].encode(),
+            stderr=data["stderr_tail"].encode(),
+            stdout_truncated=data["stdout_truncated"],
+            stderr_truncated=data["stderr_truncated"],
+            wall_time_s=data["wall_time_s"],
+            cpu_time_s=data["cpu_time_s"],
+            peak_memory_bytes=data["peak_memory_bytes"],
+            isolation=data["isolation"],
+            limit_hit=data["limit_hit"],
+            enforcement=data["enforcement"],
+        )
+    error = data.get("error")
+    judgement = Judgement(
+        verdict,
+        run=run,
+        error=ErrorDetail(error["type"], error["message"], error["traceback"]) if error else None,
+        message=data["message"],
+    )
+    return ScoredRollout(
+        index=data["index"],
+        task_id=data["task_id"],
+        rollout_id=data["rollout_id"],
+        verdict=verdict,
+        reward=data["reward"],
+        judgement=judgement,
+        isolation=data["isolation"],
+        attempts=data["attempts"],
+        message=data["message"],
+    )

@@ -1,0 +1,438 @@
+"""A sandbox worker node: take jobs from a broker, judge them, store the results.
+
+Each job goes through small named steps::
+
+    receive → load_task → judge → reward → store → ack
+
+and a worker runs ``concurrency`` of them at once, each in its own sandbox. It sends
+heartbeats (so the broker does not hand its jobs to others), gives a job up to the
+dead-letter stream after ``max_attempts`` deliveries that ended without a result (the
+job killed its worker, or kept timing out), and on SIGTERM drains: it takes no new
+job, finishes the running ones for up to ``drain_timeout_s``, then hands the rest
+back. A worker that is killed outright loses nothing: its jobs are reclaimed by the
+others after the broker's visibility timeout.
+
+Used by ``execgym worker --broker redis://HOST:PORT/DB --concurrency N``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+from dataclasses import dataclass, field
+
+from execgym.broker.base import Broker, Delivery
+from execgym.broker.messages import JobMessage, ResultMessage
+from execgym.errors import BrokerError, ConfigError
+from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.sandbox.base import Sandbox
+from execgym.scoring import ScoredRollout, Scorer
+from execgym.tasks.loaders import RolloutLine
+
+log = logging.getLogger(__name__)
+
+
+def default_name() -> str:
+    """A consumer name unique to this process: ``<host>-<pid>-<random>``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a worker runs.
+
+    Args:
+        concurrency: Jobs (sandboxes) at once.
+        max_attempts: Deliveries of one job that may end without a result (its worker
+            died, it timed out, its sandbox failed) before it is dead-lettered.
+        drain_timeout_s: On stop, how long running jobs may take to finish before
+            they are handed back.
+        heartbeat_s: Seconds between heartbeats; default a third of the broker's
+            visibility timeout.
+        block_s: Longest wait for a job in one read.
+        name: Consumer name, unique per process (default :func:`default_name`).
+
+    Raises:
+        ConfigError: if a number is out of range.
+    """
+
+    concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
+    max_attempts: int = 3
+    drain_timeout_s: float = 30.0
+    heartbeat_s: float | None = None
+    block_s: float = 1.0
+    name: str = field(default_factory=default_name)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.max_attempts < 1:
+            raise ConfigError("concurrency and max_attempts must be at least 1")
+        if self.drain_timeout_s < 0 or self.block_s <= 0:
+            raise ConfigError("drain_timeout_s must be >= 0 and block_s > 0")
+
+
+@dataclass
+class WorkerStats:
+    """Counts since the worker started."""
+
+    done: int = 0
+    duplicates: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    handed_back: int = 0
+
+
+class Worker:
+    """Consumes a broker's jobs and judges them in a sandbox.
+
+    Args:
+        broker: Where jobs come from and results go.
+        sandbox: Where programs run (shared by the concurrent jobs).
+        settings: Concurrency, attempts, drain.
+    """
+
+    def __init__(
+        self, broker: Broker, sandbox: Sandbox, settings: WorkerSettings | None = None
+    ) -> None:
+        self.broker = broker
+        self.sandbox = sandbox
+        self.settings = settings or WorkerSettings()
+        self.name = self.settings.name
+        self.stats = WorkerStats()
+        self._running: dict[asyncio.Task[None], Delivery] = {}
+        self._held: list[Delivery] = []
+        self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._scorer = Scorer({}, sandbox)
+
+    def stop(self, *, drain: bool = True) -> None:
+        """Stop: take no new job; running ones finish or are handed back.
+
+        Running jobs get ``drain_timeout_s`` to finish, or none when ``drain`` is false.
+        """
+        self._stopping.set()
+        if not drain:
+            self._hurry.set()
+
+    @property
+    def running(self) -> int:
+        """Jobs being processed now."""
+        return len(self._running)
+
+    async def run(self) -> None:
+        """Work until :meth:`stop`, then drain. Returns when every job is settled."""
+        log.info("worker_started name=%s concurrency=%d", self.name, self.settings.concurrency)
+        heartbeat = asyncio.create_task(self._heartbeat_loop())
+        try:
+            await self._receive_loop()
+        finally:
+            await self._drain()
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            forget = getattr(self.broker, "forget_worker", None)
+            if forget is not None:
+                with contextlib.suppress(BrokerError):
+                    await forget(self.name)
+        log.info("worker_stopped name=%s stats=%s", self.name, self.stats)
+
+    async def _receive_loop(self) -> None:
+        delay_s = 0.05
+        while not self._stopping.is_set():
+            free = self.settings.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_freed.clear()
+                await _first(self._slot_freed.wait(), self._stopping.wait())
+                continue
+            try:
+                deliveries = await self.receive(free)
+            except BrokerError as error:
+                log.warning("receive failed: %s; retrying in %.2f s", error, delay_s)
+                await _first(asyncio.sleep(delay_s), self._stopping.wait())
+                delay_s = min(delay_s * 2, 2.0)
+                continue
+            delay_s = 0.05
+            for delivery in deliveries:
+                if delivery.attempt > 1:
+                    await self._run_alone(delivery)
+                else:
+                    self._start(delivery)
+
+    def _start(self, delivery: Delivery) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._settle(delivery))
+        self._running[task] = delivery
+        task.add_done_callback(self._finished)
+        return task
+
+    async def _run_alone(self, delivery: Delivery) -> None:
+        """Run a job that was delivered before with nothing else beside it.
+
+        A job whose earlier deliveries ended without a result may be one that kills its
+        worker; alone, it takes no other job down with it, so only its own attempts
+        count towards the dead-letter stream.
+        """
+        self._held.append(delivery)  # heartbeats keep it ours while the others finish
+        try:
+            while self._running and not self._stopping.is_set():
+                self._slot_freed.clear()
+                await _first(self._slot_freed.wait(), self._stopping.wait())
+            if self._stopping.is_set():
+                with contextlib.suppress(BrokerError):
+                    await self.broker.retry(delivery, count_attempt=False)
+                    self.stats.handed_back += 1
+                return
+            task = self._start(delivery)
+        finally:
+            self._held.remove(delivery)
+        await _first(asyncio.shield(task), self._stopping.wait())
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        self._slot_freed.set()
+
+    async def receive(self, count: int) -> list[Delivery]:
+        """Step 1: take up to ``count`` jobs from the broker."""
+        return await self.broker.consume(self.name, count, self.settings.block_s)
+
+    async def _settle(self, delivery: Delivery) -> None:
+        """Process one delivery; on a broker outage keep trying until it is settled."""
+        delay_s = 0.05
+        while True:
+            try:
+                await self.process(delivery)
+                return
+            except BrokerError as error:
+                log.warning("job %s: %s; retrying in %.2f s", delivery.entry_id, error, delay_s)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 2.0)
+
+    async def process(self, delivery: Delivery) -> None:
+        """Take one delivery through every step, to a stored result and an ack."""
+        job = await self.load_task(delivery)
+        if job is None:
+            return
+        if await self.broker.is_done(job.job_id):  # a duplicate delivery or submission
+            await self._announce_stored(job)
+            await self.ack(delivery)
+            self.stats.duplicates += 1
+            return
+        if delivery.attempt > self.settings.max_attempts:
+            await self._give_up(delivery, job)
+            return
+        scored = await self.judge(job)
+        if (
+            scored.verdict is Verdict.SANDBOX_ERROR
+            and delivery.attempt < self.settings.max_attempts
+        ):
+            await self.broker.retry(delivery, count_attempt=True)  # perhaps another node's works
+            self.stats.retried += 1
+            return
+        await self.store(self.reward(job, scored, delivery))
+        await self.ack(delivery)
+        self.stats.done += 1
+
+    async def load_task(self, delivery: Delivery) -> JobMessage | None:
+        """Step 2: the job and its task, or ``None`` if the message was unusable.
+
+        An unusable message is dead-lettered, and an ``invalid`` result is stored for
+        it when its ids are readable, so its batch still completes.
+        """
+        if delivery.job is not None:
+            return delivery.job
+        ids = _readable_ids(delivery.raw)
+        if ids is not None:
+            job_id, batch_id, index = ids
+            scored = _masked(index, Verdict.INVALID, f"unusable job message: {delivery.problem}")
+            await self.store(ResultMessage(job_id=job_id, batch_id=batch_id, result=scored))
+        await self.broker.dead_letter(delivery, f"unusable job message: {delivery.problem}")
+        self.stats.dead_lettered += 1
+        return None
+
+    async def judge(self, job: JobMessage) -> ScoredRollout:
+        """Step 3: run the rollout's program and tests in a sandbox."""
+        scorer = copy.copy(self._scorer)  # shares the judge: its runner is read once
+        scorer.tasks = {job.task.task_id: job.task}
+        scorer.limits = job.limits
+        return await scorer.score_one(RolloutLine(job.index, job.rollout))
+
+    def reward(self, job: JobMessage, scored: ScoredRollout, delivery: Delivery) -> ResultMessage:
+        """Step 4: the result message, with the reward the scorer computed."""
+        return ResultMessage.of(job, scored, worker=self.name, attempt=delivery.attempt)
+
+    async def store(self, result: ResultMessage) -> None:
+        """Step 5: store the result (the first stored for a job wins)."""
+        await self.broker.store_result(result)
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Step 6: the job is done; only ever after :meth:`store`."""
+        await self.broker.ack(delivery)
+
+    async def _announce_stored(self, job: JobMessage) -> None:
+        stored = await self.broker.get_result(job.job_id)
+        if stored is not None:
+            await self.store(stored.model_copy(update={"batch_id": job.batch_id}))
+
+    async def _give_up(self, delivery: Delivery, job: JobMessage) -> None:
+        tries = delivery.attempt - 1
+        reason = (
+            f"dead-lettered after {tries} attempt(s): each delivery ended without a result "
+            "(the worker died or was killed while running it, or it ran past the visibility "
+            "timeout); the reward is masked, and the job is kept in the dead-letter stream"
+        )
+        log.error("dead_letter job_id=%s attempts=%d", job.job_id, tries)
+        scored = ScoredRollout(
+            index=job.index,
+            task_id=job.task.task_id,
+            rollout_id=job.rollout.rollout_id or f"{job.task.task_id}#{job.index}",
+            verdict=Verdict.SANDBOX_ERROR,
+            reward=None,
+            judgement=Judgement(
+                Verdict.SANDBOX_ERROR, message=reason, error=ErrorDetail("DeadLettered", reason)
+            ),
+            isolation=self.sandbox.name,
+            attempts=tries,
+            message=reason,
+        )
+        result = ResultMessage.of(
+            job, scored, worker=self.name, attempt=delivery.attempt, dead=True
+        )
+        await self.store(result)
+        await self.broker.dead_letter(delivery, reason)
+        self.stats.dead_lettered += 1
+
+    async def _heartbeat_loop(self) -> None:
+        interval_s = self.settings.heartbeat_s or self.broker.settings.visibility_timeout_s / 3
+        while True:
+            try:
+                held = [*self._running.values(), *self._held]
+                await self.broker.heartbeat(self.name, held)
+            except BrokerError as error:
+                log.warning("heartbeat failed: %s", error)
+            await asyncio.sleep(interval_s)
+
+    async def _drain(self) -> None:
+        """Let running jobs finish for ``drain_timeout_s``, then hand the rest back."""
+        if not self._running:
+            return
+        log.info("draining %d job(s)", len(self._running))
+        running = set(self._running)
+        finished = asyncio.ensure_future(
+            asyncio.wait(running, timeout=self.settings.drain_timeout_s)
+        )
+        await _first(finished, self._hurry.wait())
+        late = {task for task in running if not task.done()}
+        if not late:
+            return
+        deliveries = [self._running[task] for task in late]
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        for delivery in deliveries:
+            try:
+                await self.broker.retry(delivery, count_attempt=False)
+                self.stats.handed_back += 1
+            except BrokerError as error:  # it stays pending: reclaimed after the timeout
+                log.warning("could not hand back %s: %s", delivery.entry_id, error)
+
+
+def _masked(index: int, verdict: Verdict, message: str) -> dict[str, object]:
+    judgement = Judgement(verdict, message=message, error=ErrorDetail("InvalidJob", message))
+    scored = ScoredRollout(index, "", "", verdict, None, judgement, "none", 0, message)
+    return scored.to_json()
+
+
+def _readable_ids(raw: str) -> tuple[str, str, int] | None:
+    """``(job_id, batch_id, index)`` from a message that failed validation, if present."""
+    try:
+        data = json.loads(raw)
+        job_id, batch_id, index = data["job_id"], data.get("batch_id", ""), data.get("index", 0)
+    except (ValueError, TypeError, KeyError):
+        return None
+    if isinstance(job_id, str) and job_id and isinstance(batch_id, str):
+        return job_id, batch_id, index if isinstance(index, int) else 0
+    return None
+
+
+async def _first(*waits: object) -> None:
+    """Wait until the first of ``waits`` (coroutines) finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]  # type: ignore[call-overload]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def serve(worker: Worker) -> None:
+    """Run ``worker`` until SIGTERM or SIGINT; a second signal stops the drain early."""
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.warning("stop requested: draining (signal again to hand jobs back now)")
+            worker.stop()
+        else:
+            worker.stop(drain=False)
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, on_signal)
+    try:
+        await worker.run()
+    finally:
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(number)
+
+
+async def run_node(worker: Worker) -> None:
+    """What ``execgym worker`` runs: self-test the sandbox, serve, then close everything.
+
+    Raises:
+        SandboxSetupFailed: if the sandbox fails its self-test (nothing is consumed).
+        BrokerUnavailable: if the broker cannot be reached at start-up.
+    """
+    try:
+        await Scorer({}, worker.sandbox).self_test()
+        ping = getattr(worker.broker, "ping", None)
+        if ping is not None:
+            await ping()
+        await serve(worker)
+    finally:
+        aclose = getattr(worker.sandbox, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await worker.broker.aclose()
+
+
+async def describe_broker(broker: Broker) -> str:
+    """A few lines on a broker's state, for ``execgym worker --check``.
+
+    Raises:
+        BrokerUnavailable: if it cannot be reached.
+    """
+    try:
+        ping = getattr(broker, "ping", None)
+        if ping is not None:
+            await ping()
+        lines = [
+            f"broker: {broker.name}: reachable",
+            f"jobs waiting or running: {await broker.queued()}",
+        ]
+        live_workers = getattr(broker, "live_workers", None)
+        if live_workers is not None:
+            live = await live_workers()
+            running = sum(int(info.get("running", 0)) for info in live.values())
+            lines.append(f"live workers: {len(live)} ({running} jobs running)")
+        lines.append(f"dead letters (latest): {len(await broker.dead_letters())}")
+        return "\n".join(lines)
+    finally:
+        await broker.aclose()

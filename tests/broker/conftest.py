@@ -1,0 +1,158 @@
+"""A real redis-server per test, on a free port, with AOF on; brokers over it and in memory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from execgym import Rollout, Task
+from execgym.broker import BrokerSettings, JobMessage, MemoryBroker
+from execgym.broker.redis_streams import RedisStreamsBroker
+from execgym.limits import Limits
+from tests.conftest import require
+
+HERE = Path(__file__).parent
+FAKE_WORKER = HERE / "fake_worker.py"
+REPO = HERE.parent.parent
+
+TASK = Task(
+    task_id="t/1",
+    prompt="def f():\n",
+    tests="def check(c):\n    assert c() == 1\n",
+    entry_point="f",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server process with AOF on, in its own directory.
+
+    ``appendfsync`` is ``everysec`` (Redis's default) unless a test needs ``always``
+    (every write on disk before it is answered: nothing lost even on SIGKILL).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.appendfsync = "everysec"
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        argv = [
+            "redis-server",
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.directory),
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--protected-mode", "no",
+        ]  # fmt: skip
+        with (self.directory / "redis.log").open("ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError(
+            f"redis-server did not start: {(self.directory / 'redis.log').read_text()}"
+        )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    require(shutil.which("redis-server") is not None, "redis-server (apt-get install redis-server)")
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+FAST = BrokerSettings(visibility_timeout_s=1.0, retry_after_s=0.05, max_queue_length=10_000)
+
+
+@pytest.fixture(params=["embedded", "redis"])
+async def broker(request: pytest.FixtureRequest) -> AsyncIterator[object]:
+    if request.param == "embedded":
+        yield MemoryBroker(FAST)
+        return
+    server = request.getfixturevalue("redis_server")
+    redis_broker = RedisStreamsBroker(server.url, FAST, prefix="t", block_s=0.2)
+    try:
+        yield redis_broker
+    finally:
+        await redis_broker.aclose()
+
+
+def job(index: int, completion: str = "    return 1\n", batch: str = "b") -> JobMessage:
+    return JobMessage(
+        job_id=f"{batch}/{index}",
+        batch_id=batch,
+        index=index,
+        task=TASK,
+        rollout=Rollout(task_id="t/1", completion=completion),
+        limits=Limits(wall_time_s=5),
+    )
+
+
+def spawn_fake_worker(
+    url: str, prefix: str, *, concurrency: int = 4, visibility_s: float = 1.0, max_attempts: int = 3
+) -> subprocess.Popen[bytes]:
+    """A worker process judging with a scripted sandbox (see fake_worker.py)."""
+    argv = [
+        sys.executable, str(FAKE_WORKER), url,
+        "--prefix", prefix,
+        "--concurrency", str(concurrency),
+        "--visibility", str(visibility_s),
+        "--max-attempts", str(max_attempts),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def reap(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Kill what is still running of ``processes`` and wait for all of them."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
