@@ -166,6 +166,18 @@ class BubblewrapSandbox:
             "--tmpfs",
             WORK_DIR,
             *file_args,
+            # Writable: the two size-limited tmpfs above and a fresh /dev/shm, nothing else
+            # (the root and /dev tmpfs bwrap makes are not limited in size).
+            "--remount-ro",
+            "/",
+            "--remount-ro",
+            "/dev",
+            "--size",
+            size,
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
             "--chdir",
             WORK_DIR,
             "--",
