@@ -383,7 +383,11 @@ def test_cgroups_left_by_a_killed_execgym_are_swept(needs_cgroup) -> None:
     probe = subprocess.Popen(["true"])
     probe.wait()
     host = _cgroup.detect_cgroups()
-    names = [f"execgym-{probe.pid}-1", f"execgym-staged-{probe.pid}-2", f"execgym-{os.getpid()}-999"]
+    names = [
+        f"execgym-{probe.pid}-1",
+        f"execgym-staged-{probe.pid}-2",
+        f"execgym-{os.getpid()}-999",
+    ]
     made = [parent / name for parent in host.parents.values() for name in names]
     for path in made:
         path.mkdir()
