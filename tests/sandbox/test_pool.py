@@ -223,3 +223,27 @@ async def test_staged_runs_get_their_own_limits_and_are_reclaimed_on_close(bwrap
             assert large.enforcement["memory_bytes"].startswith("cgroup")
         assert run_cgroups() == []
     assert staged_cgroups() == set()
+
+
+PROBE_WRITES = b"""import errno, os, sys
+for path in ('/planted', '/dev/planted'):
+    try:
+        open(path, 'w').write('x')
+        print('wrote', path)
+    except OSError as error:
+        print(errno.errorcode[error.errno], path)
+open('/dev/shm/' + sys.argv[0].replace('/', '_') + '-mark', 'w').write('x')
+print(sorted(os.listdir('/dev/shm')))
+"""
+
+
+async def test_runs_cannot_leave_files_for_later_runs(pool) -> None:
+    # The zygote's root and /dev are shared by every run: each run sees them read-only
+    # (EROFS whatever its uid: as an ordinary user runs are uid 0 of a user namespace),
+    # and gets its own /dev/shm, so nothing written by one run reaches the next.
+    first = await pool.run_python(PROBE_WRITES)
+    second = await pool.run_python(PROBE_WRITES)
+    for result in (first, second):
+        lines = result.stdout.decode().splitlines()
+        assert lines[:2] == ["EROFS /planted", "EROFS /dev/planted"], lines
+        assert lines[2] == "['runner.py-mark']", lines  # only its own mark

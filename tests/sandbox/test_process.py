@@ -75,7 +75,21 @@ async def test_a_missing_program_is_an_oserror_not_a_run() -> None:
         await spawn(spec, {}, stdout=1, stderr=2, stdin=None)
 
 
-async def test_a_cancelled_spawn_leaves_no_process() -> None:
+async def test_a_cancelled_spawn_leaves_no_process(monkeypatch) -> None:
+    import threading
+
+    from execgym.sandbox import _process
+
+    finished = threading.Event()
+    real = _process.spawn_held
+
+    def spawn_held(*args: object) -> int:
+        try:
+            return real(*args)  # type: ignore[arg-type]
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(_process, "spawn_held", spawn_held)
     mark = f"execgym-spawn-{uuid.uuid4().hex}"
     spec = spec_for(f"import time  # {mark}\ntime.sleep(60)")
     task = asyncio.ensure_future(spawn(spec, {}, stdout=1, stderr=2, stdin=None))
@@ -83,7 +97,9 @@ async def test_a_cancelled_spawn_leaves_no_process() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(100):  # the thread finishes, then its child is killed and reaped
+    # The thread goes on; once it is done its child is killed and reaped.
+    assert await asyncio.to_thread(finished.wait, 30)
+    for _ in range(200):
         if not processes_with(mark):
             break
         await asyncio.sleep(0.05)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import logging
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -22,6 +24,8 @@ from functools import cache
 from pathlib import Path
 
 from execgym.limits import Limits
+
+log = logging.getLogger(__name__)
 
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 _counter = itertools.count()
@@ -206,6 +210,55 @@ def _read_keyed(path: Path, key: str) -> int | None:
     return None
 
 
+_STALE_NAME = re.compile(r"execgym-(?:staged-)?(\d+)-\d+")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_swept: set[Path] = set()
+
+
+def sweep_stale(host: CgroupHost) -> tuple[str, ...]:
+    """Remove the run cgroups left by execgym processes that died (once per process).
+
+    A run's cgroup is removed when the run ends, even on our errors; only a SIGKILL of
+    execgym itself (or a power cut) leaves one behind. Its name says which process made
+    it (``execgym-<pid>-<n>``, ``execgym-staged-<pid>-<n>``); those of processes no
+    longer alive are killed and removed here. Those of live processes are never touched.
+
+    Returns:
+        The names of the cgroups removed.
+    """
+    removed = []
+    for key, parent in host.parents.items():
+        if parent in _swept:
+            continue
+        _swept.add(parent)
+        try:
+            entries = list(parent.iterdir())
+        except OSError:
+            continue
+        for path in entries:
+            match = _STALE_NAME.fullmatch(path.name)
+            if match is None or _alive(int(match.group(1))) or not path.is_dir():
+                continue
+            stale = RunCgroup(host, {key: path})
+            stale.remove()
+            if not path.exists():
+                removed.append(path.name)
+    if removed:
+        log.info("removed %d cgroup(s) left by dead execgym processes", len(removed))
+    return tuple(removed)
+
+
 class RunCgroup:
     """The cgroup(s) of one run: created with limits, joined by the child, then removed.
 
@@ -231,6 +284,7 @@ class RunCgroup:
         host = detect_cgroups()
         if host.version is None:
             return None
+        sweep_stale(host)
         name = f"{prefix}-{os.getpid()}-{next(_counter)}"
         dirs = {key: parent / name for key, parent in host.parents.items()}
         made: list[Path] = []

@@ -45,6 +45,7 @@ PRELOADED = (
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 38, 22, 24
 SECCOMP_MODE_FILTER = 2
@@ -166,13 +167,28 @@ def clone_into_namespaces(flags):
     return pid
 
 
+def remount_read_only(path):
+    """Make the mount at ``path`` read-only in this run's mount namespace only.
+
+    The zygote's root and /dev are shared by every run it forks; read-only, nothing a
+    run writes there (as uid 0 of a user namespace, say) can reach a later run or grow
+    past the disk limit. The mount's other flags are kept: a user namespace may not drop
+    them.
+    """
+    kept = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096)
+    mount("none", path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None)
+
+
 def prepare_world(header):
     """As the run's PID 1, with the zygote's capabilities: the run's own file system."""
     mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    remount_read_only("/")
+    remount_read_only("/dev")
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     size = str(header["disk_bytes"])
     mount("tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=0777")
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=1777")
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=1777")
     if os.path.isdir("/run/execgym-cgroup"):  # the cgroup files stay out of reach
         for name in os.listdir("/run/execgym-cgroup"):
             path = ("/run/execgym-cgroup/" + name).encode()

@@ -184,25 +184,25 @@ class BubblewrapSandbox:
             ]
         command += system_binds()
         command += read_only_binds(self._read_only)
-        size = str(limits.disk_bytes)
+
+        def tmpfs(path: str, mode: str) -> list[str]:
+            return ["--size", str(limits.disk_bytes), "--perms", mode, "--tmpfs", path]
+
         command += [
             "--proc",
             "/proc",
             "--dev",
             "/dev",
-            "--size",
-            size,
-            "--perms",
-            "1777",
-            "--tmpfs",
-            "/tmp",
-            "--size",
-            size,
-            "--perms",
-            "0777",
-            "--tmpfs",
-            WORK_DIR,
+            *tmpfs("/tmp", "1777"),
+            *tmpfs(WORK_DIR, "0777"),
             *file_args,
+            # Writable: the size-limited tmpfs and a fresh /dev/shm, nothing else (the
+            # root and /dev tmpfs bwrap makes are not limited in size).
+            "--remount-ro",
+            "/",
+            "--remount-ro",
+            "/dev",
+            *tmpfs("/dev/shm", "1777"),
             "--chdir",
             WORK_DIR,
             "--",
