@@ -21,6 +21,7 @@ import click
 
 from execgym._version import __version__
 from execgym.errors import Error, TaskError
+from execgym.judges.compile import Builder
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
 from execgym.sandbox import ISOLATIONS, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
@@ -202,6 +203,18 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
     is_flag=True,
     help="Let --isolation none run untrusted code as root (refused otherwise).",
 )
+@click.option(
+    "--compile-cache",
+    "compile_cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of compiled programs, by source hash [default: ~/.cache/execgym/compiled].",
+)
+@click.option(
+    "--no-compile-cache",
+    is_flag=True,
+    help="Compile every rollout's source again (no cache read or written).",
+)
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
@@ -216,6 +229,8 @@ def score(
     ks: str,
     warm_pool: bool,
     allow_root: bool,
+    compile_cache: Path | None,
+    no_compile_cache: bool,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
@@ -247,7 +262,8 @@ def score(
             err=True,
         )
     _warn_unknown_tasks(tasks, skipped, items)
-    scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped)
+    builder = Builder(compile_cache, use_cache=not no_compile_cache)
+    scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped, builder=builder)
     started = time.monotonic()
     results = _score_to_file(scorer, items, workers, output)
     summary = summarize(results, time.monotonic() - started, k_values)
