@@ -6,6 +6,11 @@ that asserts (C/C++ ``assert``, Java ``Main`` throwing, Node's ``assert``, Rust
 exit code 0 is ``passed``; any other exit or a signal (a failed C ``assert`` aborts) is
 ``failed``, with the end of stderr as the reason; limits give their own verdicts.
 
+In JavaScript, ``console.assert`` only logs in Node, and HumanEval-X's JavaScript tests
+are written with it: every solution, even ``return false``, would pass. The program
+therefore starts with :data:`JS_FATAL_CONSOLE_ASSERT`, which makes a failed
+``console.assert`` throw and sets a failing exit code.
+
 Unlike the Python harness, nothing here proves the tests ran to their end: a solution
 that exits 0 early (``exit(0)`` in C) passes. Python tasks use the nonce-reporting
 harness of :mod:`execgym.judges.assert_tests` instead.
@@ -18,6 +23,14 @@ from execgym.judges.compile import Builder, compile_limits_for
 from execgym.limits import Limits
 from execgym.sandbox.base import Sandbox, Status
 from execgym.tasks.models import Task
+
+JS_FATAL_CONSOLE_ASSERT = (
+    "console.assert = (ok, ...what) => { if (!ok) { process.exitCode = 1; "
+    "throw new Error(['Assertion failed', ...what].join(' ')); } };\n"
+)
+"""Prepended to JavaScript assert programs: a failed ``console.assert`` fails the run."""
+
+_PREAMBLES = {"javascript": JS_FATAL_CONSOLE_ASSERT}
 
 
 class NativeAssertJudge:
@@ -36,7 +49,8 @@ class NativeAssertJudge:
         self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
     ) -> Judgement:
         """Build and run ``prompt + completion + tests`` once; exit code 0 passes."""
-        source = task.prompt + completion + "\n" + (task.tests or "")
+        preamble = _PREAMBLES.get(task.language, "")
+        source = preamble + task.prompt + completion + "\n" + (task.tests or "")
         program = await self.builder.build(
             task.language, source, sandbox, task.compile_limits_over(compile_limits_for(limits))
         )
