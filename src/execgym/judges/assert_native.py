@@ -33,6 +33,24 @@ JS_FATAL_CONSOLE_ASSERT = (
 _PREAMBLES = {"javascript": JS_FATAL_CONSOLE_ASSERT}
 
 
+_TELLING = ("error", "assert", "panicked", "exception", "failed")
+
+
+def failure_line(stderr: str) -> str:
+    """The line of ``stderr`` that says why the tests failed, at most 300 characters.
+
+    That is the last line naming an error, an assertion or a panic, stack frames
+    (``at ...``) aside; else the last line.
+    """
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    telling = [
+        line
+        for line in lines
+        if any(word in line.lower() for word in _TELLING) and not line.startswith("at ")
+    ]
+    return (telling or lines or [""])[-1][:300]
+
+
 class NativeAssertJudge:
     """Judge ``assert`` tasks in compiled or non-Python languages; see the module docstring.
 
@@ -61,7 +79,7 @@ class NativeAssertJudge:
             return Judgement(RUN_STATUS_VERDICT[run.status], run, message=run.message)
         if run.status is Status.OK:
             return Judgement(Verdict.PASSED, run)
-        stderr = tail_text(run.stderr, 1000).strip()
-        last = stderr.splitlines()[-1] if stderr else ""
-        message = f"the tests failed ({run.message})" + (f": {last}" if last else "")
+        stderr = tail_text(run.stderr, 2000).strip()
+        reason = failure_line(stderr)
+        message = f"the tests failed ({run.message})" + (f": {reason}" if reason else "")
         return Judgement(Verdict.FAILED, run, ErrorDetail("TestFailed", message, stderr), message)
