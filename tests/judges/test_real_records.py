@@ -65,7 +65,7 @@ async def test_leetcodedataset_first_task_as_a_function_call(bwrap_sandbox) -> N
             "task_id": record["task_id"],
             "kind": "function_call",
             "prompt": record["prompt"],
-            "fn_name": record["entry_point"].split(".")[-1],
+            "entry_point": record["entry_point"],  # "Solution().shortestDistance..."
             "test_cases": [
                 {"kwargs": _kwargs(c["input"]), "expected": ast.literal_eval(c["output"])}
                 for c in record["input_output"]
