@@ -26,6 +26,21 @@ def require(available: bool, what: str) -> None:
         pytest.skip(f"{what} is not available on this host")
 
 
+def toolchain_dirs() -> dict[str, set[str]]:
+    """What the default read-only paths add beyond /usr and the interpreter's prefix:
+    ``{top-level dir: {its entries}}``, e.g. ``{"etc": {"java-17-openjdk"}, "opt":
+    {"execgym"}, "root": {".rustup"}}`` (toolchains found outside /usr, site-packages)."""
+    from execgym.sandbox.bwrap import default_read_only_paths, interpreter_paths, resolve_paths
+
+    interpreter = {inside for _, inside in resolve_paths(interpreter_paths())}
+    dirs: dict[str, set[str]] = {}
+    for _, inside in resolve_paths(default_read_only_paths()):
+        if inside not in interpreter:
+            parts = Path(inside).parts
+            dirs.setdefault(parts[1], set()).add(parts[2] if len(parts) > 2 else "")
+    return dirs
+
+
 def python(code: str) -> list[str]:
     """argv that runs ``code`` with the test interpreter, resolved as in the sandbox."""
     return [os.path.realpath(sys.executable), "-I", "-S", "-c", code]

@@ -58,7 +58,7 @@ from execgym.reward import load_spec
 from execgym.sandbox import BubblewrapSandbox
 from execgym.sandbox._cgroup import CgroupHost, detect_cgroups
 from execgym.sandbox.bwrap import interpreter_paths
-from tests.conftest import processes_with, python, require, run_cgroups
+from tests.conftest import processes_with, python, require, run_cgroups, toolchain_dirs
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -682,6 +682,7 @@ print(json.dumps({{
     "secret_in_proc": any({secret!r} in text for text in environs),
     "root": sorted(os.listdir('/')),
     "root_home": listing('/root'),
+    "etc": listing('/etc'),
     "checkout": os.path.exists({str(CHECKOUT)!r}),
     "readable": [p for p in {paths!r} if readable(p)],
     "pids": sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
@@ -707,11 +708,14 @@ print(json.dumps({{
         "usr",
         "work",
     }
-    assert set(seen["root"]) <= minimal | interpreter_tops, seen["root"]
+    toolchains = toolchain_dirs()  # e.g. /etc/java-17-openjdk, /opt/execgym, /root/.rustup
+    assert set(seen["root"]) <= minimal | interpreter_tops | set(toolchains), seen["root"]
     assert "home" not in seen["root"]
-    assert "etc" not in seen["root"]
+    if "etc" in seen["root"]:  # only toolchain configuration, never passwd or shadow
+        assert set(seen["etc"]) <= toolchains.get("etc", set()), seen["etc"]
     host_root = {p.name for p in Path("/root").iterdir()}
     on_path = {Path(p).parts[2] for p in interpreter_paths() if Path(p).parts[1] == "root"}
+    on_path |= toolchains.get("root", set())
     if isinstance(seen["root_home"], list):  # only the way to the interpreter, if anything
         assert set(seen["root_home"]) <= on_path, seen["root_home"]
         assert not (set(seen["root_home"]) & (host_root - on_path))

@@ -23,6 +23,7 @@ import click
 from execgym._version import __version__
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import Error, TaskError
+from execgym.judges.compile import Builder
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
 from execgym.reward import load_spec
 from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
@@ -232,6 +233,18 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     help="Where rollouts are judged: 'embedded' (here) or redis://HOST:PORT/DB, consumed "
     "by `execgym worker` nodes (then --isolation, --workers and --warm-pool are theirs).",
 )
+@click.option(
+    "--compile-cache",
+    "compile_cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of compiled programs, by source hash [default: ~/.cache/execgym/compiled].",
+)
+@click.option(
+    "--no-compile-cache",
+    is_flag=True,
+    help="Compile every rollout's source again (no cache read or written).",
+)
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
@@ -248,6 +261,8 @@ def score(
     allow_root: bool,
     reward_name: str | None,
     broker_url: str,
+    compile_cache: Path | None,
+    no_compile_cache: bool,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
@@ -296,8 +311,11 @@ def score(
             err=True,
         )
     _warn_unknown_tasks(tasks, skipped, items)
+    builder = Builder(compile_cache, use_cache=not no_compile_cache)
     try:
-        scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped, reward=reward)
+        scorer = Scorer(
+            tasks, sandbox, limits, skipped_tasks=skipped, builder=builder, reward=reward
+        )
     except Error as error:
         raise click.ClickException(str(error)) from error
     started = time.monotonic()

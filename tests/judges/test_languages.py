@@ -187,3 +187,21 @@ async def test_a_toolchain_broken_inside_the_sandbox_is_masked_not_blamed(tmp_pa
     assert (
         await stdio(bare, builder, "rust", RIGHT["rust"])
     ).verdict is Verdict.LANGUAGE_UNAVAILABLE
+
+
+async def test_console_assert_fails_a_javascript_assert_task(bwrap_sandbox, builder) -> None:
+    """HumanEval-X's JavaScript tests use console.assert, which Node only logs."""
+    needs("javascript")
+    task = Task(
+        task_id="x/console",
+        prompt="const add = (a, b) => {\n",
+        tests="const t = () => {\n  console.assert(add(2, 3) === 5)\n}\nt()\n",
+        language="javascript",
+    )
+    judge = NativeAssertJudge(builder)
+    assert (await judge.judge(task, "  return a + b;\n};\n", bwrap_sandbox, LIMITS)).verdict is (
+        Verdict.PASSED
+    )
+    failed = await judge.judge(task, "  return 0;\n};\n", bwrap_sandbox, LIMITS)
+    assert failed.verdict is Verdict.FAILED
+    assert "Assertion failed" in failed.message

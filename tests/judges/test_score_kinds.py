@@ -118,3 +118,16 @@ def test_a_missing_toolchain_is_masked_and_the_batch_goes_on(
     verdicts = {r["task_id"]: (r["verdict"], r["reward"]) for r in results}
     assert verdicts.pop("stdio/c") == ("language_unavailable", None)
     assert set(verdicts.values()) == {("passed", 1.0)}
+
+
+def test_compile_cache_options(bwrap_sandbox, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code, output, results = score(
+        tmp_path, "--solutions", "canonical", "--compile-cache", str(cache)
+    )
+    assert code == 0, output
+    assert {r["verdict"] for r in results} == {"passed"}
+    assert any(cache.rglob("*")), "compiled programs are kept in the given directory"
+    code, output, results = score(tmp_path, "--solutions", "canonical", "--no-compile-cache")
+    assert code == 0, output
+    assert {r["verdict"] for r in results} == {"passed"}

@@ -15,7 +15,7 @@ from execgym.limits import Limits, MiB
 from execgym.sandbox import Status, WarmPoolSandbox
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.tasks import Task
-from tests.conftest import processes_with, run_cgroups
+from tests.conftest import processes_with, run_cgroups, toolchain_dirs
 
 
 @pytest.fixture
@@ -30,15 +30,16 @@ async def test_runs_python_as_uid_65534_in_fresh_namespaces(pool) -> None:
         b"print(json.dumps([os.getuid(), os.getpid(), sorted(os.listdir('/')), os.getcwd(),"
         b" sorted(os.environ),"
         b" open('/proc/self/status').read().count('CapEff:\\t0000000000000000'),"
-        b" os.listdir('/proc').count('1')]))\n"
+        b" os.listdir('/proc').count('1'),"
+        b" sorted(os.listdir('/etc')) if os.path.isdir('/etc') else []]))\n"
     )
     result = await pool.run_python(code, env={"ASKED": "1"})
     assert result.status is Status.OK, result.stderr
-    uid, pid, root, cwd, env, no_caps, pid1 = json.loads(result.stdout)
+    uid, pid, root, cwd, env, no_caps, pid1, etc = json.loads(result.stdout)
     assert uid == (65534 if os.geteuid() == 0 else 0)  # in a user namespace: uid 0, no caps
     assert pid == 2  # PID 1 is the run's own init, as in a fresh bwrap sandbox
     assert "home" not in root
-    assert "etc" not in root
+    assert set(etc) <= toolchain_dirs().get("etc", set())  # toolchain configuration only
     assert cwd == "/work"
     assert "ASKED" in env
     assert not any("KEY" in name for name in env)

@@ -15,7 +15,7 @@ from execgym.errors import ConfigError, SandboxUnavailable, TaskError
 from execgym.limits import Limits, MiB
 from execgym.sandbox import BubblewrapSandbox, Status, create_sandbox
 from execgym.sandbox._cgroup import detect_cgroups
-from tests.conftest import processes_with, python, require, run_cgroups
+from tests.conftest import processes_with, python, require, run_cgroups, toolchain_dirs
 
 
 async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
@@ -157,19 +157,20 @@ async def test_every_result_says_how_limits_were_enforced(sandbox) -> None:
 async def test_bwrap_runs_unprivileged_in_a_minimal_root(bwrap_sandbox) -> None:
     code = (
         "import os, json; print(json.dumps([os.getuid(), os.getgid(), os.getgroups(), "
-        "sorted(os.listdir('/')), os.getcwd(), os.getpid()]))"
+        "sorted(os.listdir('/')), os.getcwd(), os.getpid(), "
+        "sorted(os.listdir('/etc')) if os.path.isdir('/etc') else []]))"
     )
     result = await bwrap_sandbox.run(python(code))
     assert result.status is Status.OK, result.stderr
     import json
 
-    uid, gid, groups, root, cwd, pid = json.loads(result.stdout)
+    uid, gid, groups, root, cwd, pid, etc = json.loads(result.stdout)
     assert (uid, gid) == (65534, 65534)
     assert set(groups) <= {65534}
     assert cwd == "/work"
     assert pid < 10  # a fresh PID namespace
     assert "home" not in root
-    assert "etc" not in root
+    assert set(etc) <= toolchain_dirs().get("etc", set())  # toolchain configuration only
 
 
 async def test_bwrap_program_has_no_capabilities(bwrap_sandbox) -> None:

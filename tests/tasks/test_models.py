@@ -140,3 +140,16 @@ def test_the_schema_expresses_real_records() -> None:
     )
     assert task.language == "cpp"
     assert task.tests
+
+
+def test_function_call_name_from_entry_point_and_leetcode_spelling() -> None:
+    task = Task.model_validate(
+        {
+            "task_id": "lc",
+            "kind": "function_call",
+            "entry_point": "Solution().removeZeros",
+            "test_cases": [{"args": ["10"], "expected": "1"}],
+        }
+    )
+    assert task.fn_name == "Solution.removeZeros"
+    assert task.entry_point is None

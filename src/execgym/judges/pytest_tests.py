@@ -111,7 +111,9 @@ class PytestJudge:
     ) -> Judgement:
         """Run the task's test files against the rollout (``completion`` and ``files``)."""
         if python_libraries() is None:
-            message = "pytest is not installed where execgym runs (pip install pytest)"
+            message = (
+                "pytest is not installed where execgym runs: pip install execgym[pytest-judge]"
+            )
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
         extra = dict(files or {})
         problem = rollout_problem(task, {task.solution_path: completion, **extra})

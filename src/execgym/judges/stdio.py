@@ -2,8 +2,8 @@
 
 The program runs once per case, each run in a fresh sandbox (Python through
 :meth:`Sandbox.run_python`, so the warm pool serves it), with the case's input as its
-stdin (a real file: ``input()``, ``sys.stdin.buffer`` and ``readlines`` share one read
-position and see EOF at its end) and the case's time limit. Its stdout, decoded as
+stdin (a real file, not a mock: ``sys.stdin.buffer`` and ``sys.stdout.buffer`` work, and
+EOF comes at its end) and the case's time limit. Its stdout, decoded as
 UTF-8 with undecodable bytes replaced, is compared with the expected output under the
 task's :class:`~execgym.tasks.models.Comparison`, or handed to the task's checker.
 
@@ -67,8 +67,7 @@ class StdioJudge:
                 return checker
         case_limits = task.case_limits(limits)
         cases: list[CaseResult] = []
-        for case in task.test_cases:
-            assert isinstance(case, StdioCase)  # the model validates it
+        for case in (c for c in task.test_cases if isinstance(c, StdioCase)):
             result = await self._case(task, case, program, checker, sandbox, case_limits)
             cases.append(result)
             if result.verdict is Verdict.SANDBOX_ERROR:

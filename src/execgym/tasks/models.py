@@ -165,8 +165,9 @@ class Task(BaseModel):
         test_cases: ``stdio``: ``{input, output}`` items; ``function_call``:
             ``{args, kwargs, expected}`` items.
         fn_name: ``function_call``: the function to call; a method of LeetCode's
-            ``class Solution`` is found by its name too, and ``"Solution.method"`` names
-            one explicitly.
+            ``class Solution`` is found by its name too, and ``"Solution.method"`` (or
+            ``"Solution().method"``) names one explicitly. ``entry_point`` is read as
+            ``fn_name`` when ``fn_name`` is absent.
         comparison: How outputs are compared (``stdio``, and floats in
             ``function_call``).
         checker: ``stdio``: a program that judges outputs instead of ``comparison``.
@@ -223,6 +224,11 @@ class Task(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _assert_tasks_need_a_prompt(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "function_call":
+            name = data.get("fn_name") or data.get("entry_point")
+            if isinstance(name, str):  # LeetCodeDataset writes "Solution().method"
+                data = {**data, "fn_name": name.replace("().", ".")}
+                data.pop("entry_point", None)
         if isinstance(data, dict) and data.get("kind", "assert") == "assert":
             missing = [name for name in ("prompt", "tests") if name not in data]
             if missing:
