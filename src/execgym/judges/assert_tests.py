@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import marshal
 import secrets
@@ -41,6 +42,7 @@ def _runner_source() -> bytes:
     return resources.files("execgym.judges").joinpath("_assert_runner.py").read_bytes()
 
 
+@functools.cache
 def runner_program() -> bytes:
     """The script the sandbox runs: the harness, compiled once here, as marshalled code.
 
