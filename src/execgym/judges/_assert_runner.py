@@ -96,7 +96,10 @@ def make_codec():
                 encode(key, out, depth + 1)
                 encode(item, out, depth + 1)
         else:
-            raise Refused(kind)
+            plain = as_plain(value, kind)
+            if plain is None:
+                raise Refused(kind)
+            encode(plain, out, depth + 1)
 
     def dumps(value):
         out = []
@@ -164,6 +167,28 @@ def make_codec():
         return value
 
     return dumps, loads
+
+
+def as_plain(value, kind):
+    """The standard library's containers as plain data (a ``Counter`` is a ``dict``).
+
+    ``Counter``, ``OrderedDict``, ``defaultdict`` and ``deque`` by identity, and named
+    tuples that keep ``tuple``'s comparisons; ``None`` for anything else. Whatever this
+    returns is encoded as plain data, so nothing of the value's class crosses over.
+    """
+    found = sys.modules.get("collections")
+    if found is not None:
+        if kind in (found.Counter, found.OrderedDict, found.defaultdict):
+            return dict(value)
+        if kind is found.deque:
+            return list(value)
+    if (
+        issubclass(kind, tuple)
+        and hasattr(kind, "_fields")
+        and all(getattr(kind, n) is getattr(tuple, n) for n in ("__eq__", "__ne__", "__hash__"))
+    ):
+        return tuple(value)
+    return None
 
 
 def make_frames(read, write):

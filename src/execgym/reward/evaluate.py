@@ -1,8 +1,8 @@
 """Score one judged rollout under a :class:`~execgym.reward.spec.RewardSpec`.
 
 Correctness and efficiency read the judge's report; static analysis, complexity and
-security read the program as text (on the host, in a thread); coverage runs in the
-sandbox; penalties call the user's function on the completion's text.
+security read the program as text (on the host, in a thread); penalties call the
+user's function on the completion's text.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ async def evaluate(
             measured = Measured(0.0, f"gated: the rollout did not pass ({judgement.verdict.value})")
         elif isinstance(component, Efficiency):
             measured = efficiency_score(judgement, component)
-        elif isinstance(component, Static | Complexity | Security):
+        else:  # Static, Complexity, Security: the program as text
             try:
                 measured = await asyncio.to_thread(_quality, program, completion, component)
             except ConfigError:
@@ -166,8 +166,6 @@ async def evaluate(
             except Exception as error:  # the tool's bug, not the model's fault: left out
                 log.warning("reward component %s failed: %r", component.kind, error)
                 measured = Measured(None, f"{component.kind} tool failed: {error!r}"[:300])
-        else:  # Coverage: scored by execgym.reward.coverage, not from a judgement
-            measured = Measured(None, "coverage applies to tasks where the model writes tests")
         scores.append(
             ComponentScore(component.kind, measured.score, component.weight, measured.detail)
         )

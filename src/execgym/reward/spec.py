@@ -117,21 +117,6 @@ class Efficiency(BaseModel):
     min_cpu_s: float = Field(default=0.002, gt=0)
 
 
-class Coverage(BaseModel):
-    """For tasks where the model writes tests: their coverage of the reference code.
-
-    The completion is test code; it runs with the task's reference (prompt +
-    reference) under coverage.py inside the sandbox. ``(line + branch) / 2`` of the
-    reference's lines and branches, or 0 if the tests fail on the reference (a test
-    that fails on correct code is wrong). Range [0, 1]; not applicable without a
-    reference.
-    """
-
-    model_config = _MODEL
-    kind: Literal["coverage"] = "coverage"
-    weight: float = Field(default=1.0, ge=0)
-
-
 class Penalty(BaseModel):
     """A length or format penalty, applied as ``score * (1 - weight * p)``.
 
@@ -148,7 +133,7 @@ class Penalty(BaseModel):
 
 
 Component = Annotated[
-    Correctness | Static | Complexity | Security | Efficiency | Coverage | Penalty,
+    Correctness | Static | Complexity | Security | Efficiency | Penalty,
     Field(discriminator="kind"),
 ]
 
