@@ -20,6 +20,7 @@ from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
+from execgym.reward.coverage import measure_coverage
 from execgym.reward.evaluate import check_tools
 from execgym.sandbox.base import Sandbox
 from execgym.tasks.loaders import LineProblem, RolloutLine
@@ -175,6 +176,19 @@ class Scorer:
                 f"program ({judgement.verdict.value}): {judgement.message}"
             )
 
+    async def _judge(self, task: Task, completion: str, limits: Limits) -> Judgement:
+        spec = self.reward
+        if spec is not None and spec.needs_coverage:  # the completion is tests
+            return await measure_coverage(task, completion, self.sandbox, limits)
+        return await self.judge.judge(
+            task,
+            completion,
+            self.sandbox,
+            limits,
+            cases=spec is not None and spec.needs_cases,
+            measure_reference=spec is not None and spec.needs_reference,
+        )
+
     async def score_one(self, item: RolloutLine | LineProblem) -> ScoredRollout:
         """Score one rollout (or turn an unusable line into an ``invalid`` result)."""
         isolation = self.sandbox.name
@@ -197,14 +211,7 @@ class Scorer:
         for attempt in range(1, SANDBOX_ATTEMPTS + 1):
             try:
                 limits = task.limits_over(self.limits)
-                judgement = await self.judge.judge(
-                    task,
-                    rollout.completion,
-                    self.sandbox,
-                    limits,
-                    cases=self.reward is not None and self.reward.needs_cases,
-                    measure_reference=self.reward is not None and self.reward.needs_reference,
-                )
+                judgement = await self._judge(task, rollout.completion, limits)
             except Error as error:
                 return _invalid(item.index, task.task_id, rollout_id, str(error), isolation)
             except Exception as error:  # our bug: never the model's fault, never a 0

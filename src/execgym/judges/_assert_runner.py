@@ -346,25 +346,35 @@ class Tampered(BaseException):
     """The solution answered with something that is not plain data, or a forged frame."""
 
 
-def start_solution(program, entry_point):
-    """Fork the solution process; return (pid, command fd, answer fd)."""
-    command_read, command_write = os.pipe()
-    answer_read, answer_write = os.pipe()
+def fork_untrusted(body, *args):
+    """Fork a process for untrusted code; return (pid, fd to it, fd from it).
+
+    In the child, before ``body(*args, 4, 5)`` runs: stdin is ``/dev/null``, fd 4 reads
+    what the parent sends and fd 5 writes to it, and every other descriptor but stdout
+    and stderr is closed, the report channel (fd 3) first of all.
+    """
+    down_read, down_write = os.pipe()
+    up_read, up_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-            os.dup2(command_read, 4)
-            os.dup2(answer_write, 5)
+            os.dup2(down_read, 4)
+            os.dup2(up_write, 5)
             os.closerange(6, 1 << 16)
-            os.close(3)  # the report channel: never in the solution's process
+            os.close(3)  # the report channel: never in the untrusted process
             sys.stdin = open(os.devnull)
-            solution_process(program, entry_point, 4, 5)
+            body(*args, 4, 5)
         finally:
             os._exit(125)
-    os.close(command_read)
-    os.close(answer_write)
-    return pid, command_write, answer_read
+    os.close(down_read)
+    os.close(up_write)
+    return pid, down_write, up_read
+
+
+def start_solution(program, entry_point):
+    """Fork the solution process; return (pid, command fd, answer fd)."""
+    return fork_untrusted(solution_process, program, entry_point)
 
 
 class Solution:

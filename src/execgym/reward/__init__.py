@@ -2,7 +2,7 @@
 
 :func:`binary_reward` is the plain pass/fail bit. :class:`RewardSpec` (from TOML or
 Python, see :mod:`execgym.reward.spec`) combines weighted components (correctness,
-static analysis, complexity, security, efficiency, penalties) into a score
+static analysis, complexity, security, efficiency, coverage, penalties) into a score
 in [0, 1] with a per-component :class:`RewardBreakdown`.
 """
 
@@ -15,6 +15,7 @@ from execgym.reward.spec import (
     PRESETS,
     Complexity,
     Correctness,
+    Coverage,
     Efficiency,
     Penalty,
     RewardSpec,
@@ -42,6 +43,7 @@ __all__ = [
     "Complexity",
     "ComponentScore",
     "Correctness",
+    "Coverage",
     "Efficiency",
     "Penalty",
     "RewardBreakdown",

@@ -117,6 +117,23 @@ class Efficiency(BaseModel):
     min_cpu_s: float = Field(default=0.002, gt=0)
 
 
+class Coverage(BaseModel):
+    """For tasks where the model writes tests: their coverage of the reference code.
+
+    The completion is test code (top-level asserts or ``test_*`` functions calling the
+    entry point); it runs against the task's reference in the sandbox, the reference
+    under coverage.py in a process the tests cannot reach (see
+    :mod:`execgym.reward.coverage`). ``(line + branch) / 2`` of the reference's
+    statements and branch arcs, or 0 if the tests fail on the reference (a test that
+    fails on correct code is wrong). Range [0, 1]. With this component, correctness
+    means "the tests run through on the reference".
+    """
+
+    model_config = _MODEL
+    kind: Literal["coverage"] = "coverage"
+    weight: float = Field(default=1.0, ge=0)
+
+
 class Penalty(BaseModel):
     """A length or format penalty, applied as ``score * (1 - weight * p)``.
 
@@ -133,7 +150,7 @@ class Penalty(BaseModel):
 
 
 Component = Annotated[
-    Correctness | Static | Complexity | Security | Efficiency | Penalty,
+    Correctness | Static | Complexity | Security | Efficiency | Coverage | Penalty,
     Field(discriminator="kind"),
 ]
 
@@ -154,6 +171,11 @@ class RewardSpec(BaseModel):
     def needs_cases(self) -> bool:
         """Whether a component wants the fraction of cases passed."""
         return any(isinstance(c, Correctness) and c.mode == "fraction" for c in self.components)
+
+    @property
+    def needs_coverage(self) -> bool:
+        """Whether the completions are tests, measured by their coverage of the reference."""
+        return any(isinstance(c, Coverage) for c in self.components)
 
     @property
     def needs_reference(self) -> bool:
