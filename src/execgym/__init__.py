@@ -25,7 +25,7 @@ from execgym.errors import (
 )
 from execgym.judges import AssertJudge, ErrorDetail, Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
-from execgym.reward import binary_reward
+from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, load_spec
 from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.summary import Summary, pass_at_k, summarize
@@ -49,6 +49,8 @@ __all__ = [
     "Judgement",
     "Limits",
     "LineProblem",
+    "RewardBreakdown",
+    "RewardSpec",
     "Rollout",
     "RolloutLine",
     "RunResult",
@@ -70,6 +72,7 @@ __all__ = [
     "create_sandbox",
     "load_dataset",
     "load_rollouts",
+    "load_spec",
     "load_tasks",
     "parse_size",
     "pass_at_k",
