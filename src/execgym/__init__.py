@@ -35,7 +35,7 @@ from execgym.judges import (
     Verdict,
 )
 from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
-from execgym.reward import binary_reward
+from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, load_spec
 from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.summary import Summary, pass_at_k, summarize
@@ -64,6 +64,8 @@ __all__ = [
     "LineProblem",
     "NativeAssertJudge",
     "PytestJudge",
+    "RewardBreakdown",
+    "RewardSpec",
     "Rollout",
     "RolloutLine",
     "RunResult",
@@ -87,6 +89,7 @@ __all__ = [
     "extract_code",
     "load_dataset",
     "load_rollouts",
+    "load_spec",
     "load_tasks",
     "parse_size",
     "pass_at_k",

@@ -25,6 +25,7 @@ from execgym.judges.pytest_tests import PytestJudge
 from execgym.judges.stdio import StdioJudge
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
+from execgym.reward.coverage import measure_coverage
 from execgym.reward.evaluate import check_tools
 from execgym.sandbox.base import Sandbox
 from execgym.tasks.extract import extract_code
@@ -189,14 +190,7 @@ class Scorer:
             return await self._pytest.judge(task, completion, self.sandbox, limits, rollout.files)
         if task.language != "python":
             return await self._native.judge(task, completion, self.sandbox, limits)
-        return await self.judge.judge(
-            task,
-            completion,
-            self.sandbox,
-            limits,
-            cases=self.reward is not None and self.reward.needs_cases,
-            measure_reference=self.reward is not None and self.reward.needs_reference,
-        )
+        return await self._judge(task, completion, limits)
 
     async def self_test(self) -> None:
         """Score a known-good rollout once, so a broken sandbox stops a batch at once.
@@ -220,6 +214,19 @@ class Scorer:
                 f"the {self.sandbox.name} sandbox failed its self-test with a known-good "
                 f"program ({judgement.verdict.value}): {judgement.message}"
             )
+
+    async def _judge(self, task: Task, completion: str, limits: Limits) -> Judgement:
+        spec = self.reward
+        if spec is not None and spec.needs_coverage:  # the completion is tests
+            return await measure_coverage(task, completion, self.sandbox, limits)
+        return await self.judge.judge(
+            task,
+            completion,
+            self.sandbox,
+            limits,
+            cases=spec is not None and spec.needs_cases,
+            measure_reference=spec is not None and spec.needs_reference,
+        )
 
     async def score_one(self, item: RolloutLine | LineProblem) -> ScoredRollout:
         """Score one rollout (or turn an unusable line into an ``invalid`` result)."""

@@ -223,3 +223,32 @@ async def test_replacing_harness_names_in_main_changes_nothing(bwrap_sandbox) ->
     result = await judge(bwrap_sandbox, completion)
     # It can only break its own process (the harness is another one): never a pass.
     assert result.verdict in (Verdict.FAILED, Verdict.ERROR), result.message
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "    import collections\n    return collections.Counter({'s': a + b})\n",
+        "    import collections\n    d = collections.defaultdict(int)\n"
+        "    d['s'] += a + b\n    return d\n",
+        "    import collections\n    P = collections.namedtuple('P', 's')\n    return P(a + b)\n",
+    ],
+    ids=["Counter", "defaultdict", "namedtuple"],
+)
+async def test_standard_library_containers_cross_as_plain_data(
+    bwrap_sandbox, completion: str
+) -> None:
+    """Honest answers in a Counter, defaultdict or named tuple are plain data, not hacks."""
+    task = Task(
+        task_id="t/sum",
+        prompt="def total(a, b):\n",
+        tests=(
+            "def check(candidate):\n"
+            "    result = candidate(2, 3)\n"
+            "    assert result == {'s': 5} or result == (5,), result\n"
+            "    assert type(result) in (dict, tuple)\n"
+        ),
+        entry_point="total",
+    )
+    result = await judge(bwrap_sandbox, completion, task)
+    assert result.verdict is Verdict.PASSED, result.message

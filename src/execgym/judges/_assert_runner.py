@@ -96,7 +96,10 @@ def make_codec():
                 encode(key, out, depth + 1)
                 encode(item, out, depth + 1)
         else:
-            raise Refused(kind)
+            plain = as_plain(value, kind)
+            if plain is None:
+                raise Refused(kind)
+            encode(plain, out, depth + 1)
 
     def dumps(value):
         out = []
@@ -164,6 +167,28 @@ def make_codec():
         return value
 
     return dumps, loads
+
+
+def as_plain(value, kind):
+    """The standard library's containers as plain data (a ``Counter`` is a ``dict``).
+
+    ``Counter``, ``OrderedDict``, ``defaultdict`` and ``deque`` by identity, and named
+    tuples that keep ``tuple``'s comparisons; ``None`` for anything else. Whatever this
+    returns is encoded as plain data, so nothing of the value's class crosses over.
+    """
+    found = sys.modules.get("collections")
+    if found is not None:
+        if kind in (found.Counter, found.OrderedDict, found.defaultdict):
+            return dict(value)
+        if kind is found.deque:
+            return list(value)
+    if (
+        issubclass(kind, tuple)
+        and hasattr(kind, "_fields")
+        and all(getattr(kind, n) is getattr(tuple, n) for n in ("__eq__", "__ne__", "__hash__"))
+    ):
+        return tuple(value)
+    return None
 
 
 def make_frames(read, write):
@@ -321,25 +346,35 @@ class Tampered(BaseException):
     """The solution answered with something that is not plain data, or a forged frame."""
 
 
-def start_solution(program, entry_point):
-    """Fork the solution process; return (pid, command fd, answer fd)."""
-    command_read, command_write = os.pipe()
-    answer_read, answer_write = os.pipe()
+def fork_untrusted(body, *args):
+    """Fork a process for untrusted code; return (pid, fd to it, fd from it).
+
+    In the child, before ``body(*args, 4, 5)`` runs: stdin is ``/dev/null``, fd 4 reads
+    what the parent sends and fd 5 writes to it, and every other descriptor but stdout
+    and stderr is closed, the report channel (fd 3) first of all.
+    """
+    down_read, down_write = os.pipe()
+    up_read, up_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-            os.dup2(command_read, 4)
-            os.dup2(answer_write, 5)
+            os.dup2(down_read, 4)
+            os.dup2(up_write, 5)
             os.closerange(6, 1 << 16)
-            os.close(3)  # the report channel: never in the solution's process
+            os.close(3)  # the report channel: never in the untrusted process
             sys.stdin = open(os.devnull)
-            solution_process(program, entry_point, 4, 5)
+            body(*args, 4, 5)
         finally:
             os._exit(125)
-    os.close(command_read)
-    os.close(answer_write)
-    return pid, command_write, answer_read
+    os.close(down_read)
+    os.close(up_write)
+    return pid, down_write, up_read
+
+
+def start_solution(program, entry_point):
+    """Fork the solution process; return (pid, command fd, answer fd)."""
+    return fork_untrusted(solution_process, program, entry_point)
 
 
 class Solution:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import marshal
 import secrets
 import sys
@@ -41,8 +43,8 @@ def _runner_source() -> bytes:
     return resources.files("execgym.judges").joinpath("_assert_runner.py").read_bytes()
 
 
-def runner_program() -> bytes:
-    """The script the sandbox runs: the harness, compiled once here, as marshalled code.
+def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
+    """A script that runs ``source``, compiled here once, as marshalled code.
 
     Compiling the harness's source costs about 10 ms per run on a loaded machine, more
     than the rest of the harness; a marshalled code object loads in well under 1 ms.
@@ -50,7 +52,7 @@ def runner_program() -> bytes:
     not, the script stops before the harness starts, which the judge reports as a
     ``sandbox_error`` with the reason.
     """
-    code = compile(_runner_source(), "runner.py", "exec", dont_inherit=True)
+    code = compile(source, filename, "exec", dont_inherit=True)
     tag = repr(sys.implementation.cache_tag or "").encode()
     return (
         b"import marshal, sys\n"
@@ -60,6 +62,20 @@ def runner_program() -> bytes:
         + b"); run the sandbox with execgym\\'s own interpreter' % sys.implementation.cache_tag)\n"
         b"exec(marshal.loads(" + repr(marshal.dumps(code)).encode() + b"))\n"
     )
+
+
+@functools.cache
+def runner_program() -> bytes:
+    """The assert harness as the script the sandbox runs (see :func:`marshalled_program`)."""
+    return marshalled_program(_runner_source())
+
+
+def harness_library() -> bytes:
+    """The assert harness's source without its final ``main()`` call, to build on."""
+    source = _runner_source()
+    if not source.endswith(b"\nmain()\n"):
+        raise RuntimeError("the assert harness must end with main()")
+    return source[: -len(b"main()\n")]
 
 
 _FULL_SOLUTION_STARTS = ("def ", "async def ", "class ", "import ", "from ", "@")

@@ -1,8 +1,8 @@
 """Score one judged rollout under a :class:`~execgym.reward.spec.RewardSpec`.
 
 Correctness and efficiency read the judge's report; static analysis, complexity and
-security read the program as text (on the host, in a thread); coverage runs in the
-sandbox; penalties call the user's function on the completion's text.
+security read the program as text (on the host, in a thread); penalties call the
+user's function on the completion's text.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from execgym.reward.combine import ComponentScore, RewardBreakdown, combine
 from execgym.reward.spec import (
     Complexity,
     Correctness,
+    Coverage,
     Efficiency,
     Penalty,
     RewardSpec,
@@ -32,6 +33,7 @@ from execgym.tasks.models import Task
 log = logging.getLogger(__name__)
 
 _TOOLS = {
+    Coverage: ("coverage",),
     Static: ("ruff",),
     Complexity: ("radon.complexity", "radon.metrics"),
     Security: ("bandit.core.manager", "bandit.core.config"),
@@ -89,6 +91,17 @@ def efficiency_score(judgement: Judgement, spec: Efficiency) -> Measured:
         f"peak memory {rss / 1024:.1f} MiB vs {ref_rss / 1024:.1f} MiB"
     )
     return Measured(score, detail)
+
+
+def coverage_score(judgement: Judgement) -> Measured:
+    """The :class:`~execgym.reward.spec.Coverage` component (from the coverage run)."""
+    line, branch = judgement.details.get("line_coverage"), judgement.details.get("branch_coverage")
+    if not isinstance(line, float | int) or not isinstance(branch, float | int):
+        return Measured(0.0, f"no coverage measured ({judgement.verdict.value})")
+    detail = f"line {line:.0%}, branch {branch:.0%} of the reference"
+    if judgement.verdict is not Verdict.PASSED:
+        return Measured(0.0, f"the tests fail on the reference; {detail}")
+    return Measured((line + branch) / 2, detail)
 
 
 def penalty_of(task: Task, completion: str, spec: Penalty) -> Measured:
@@ -158,7 +171,9 @@ async def evaluate(
             measured = Measured(0.0, f"gated: the rollout did not pass ({judgement.verdict.value})")
         elif isinstance(component, Efficiency):
             measured = efficiency_score(judgement, component)
-        elif isinstance(component, Static | Complexity | Security):
+        elif isinstance(component, Coverage):
+            measured = coverage_score(judgement)
+        else:  # Static, Complexity, Security: the program as text
             try:
                 measured = await asyncio.to_thread(_quality, program, completion, component)
             except ConfigError:
@@ -166,8 +181,6 @@ async def evaluate(
             except Exception as error:  # the tool's bug, not the model's fault: left out
                 log.warning("reward component %s failed: %r", component.kind, error)
                 measured = Measured(None, f"{component.kind} tool failed: {error!r}"[:300])
-        else:  # Coverage: scored by execgym.reward.coverage, not from a judgement
-            measured = Measured(None, "coverage applies to tasks where the model writes tests")
         scores.append(
             ComponentScore(component.kind, measured.score, component.weight, measured.detail)
         )

@@ -120,11 +120,13 @@ class Efficiency(BaseModel):
 class Coverage(BaseModel):
     """For tasks where the model writes tests: their coverage of the reference code.
 
-    The completion is test code; it runs with the task's reference (prompt +
-    reference) under coverage.py inside the sandbox. ``(line + branch) / 2`` of the
-    reference's lines and branches, or 0 if the tests fail on the reference (a test
-    that fails on correct code is wrong). Range [0, 1]; not applicable without a
-    reference.
+    The completion is test code (top-level asserts or ``test_*`` functions calling the
+    entry point); it runs against the task's reference in the sandbox, the reference
+    under coverage.py in a process the tests cannot reach (see
+    :mod:`execgym.reward.coverage`). ``(line + branch) / 2`` of the reference's
+    statements and branch arcs, or 0 if the tests fail on the reference (a test that
+    fails on correct code is wrong). Range [0, 1]. With this component, correctness
+    means "the tests run through on the reference".
     """
 
     model_config = _MODEL
@@ -169,6 +171,11 @@ class RewardSpec(BaseModel):
     def needs_cases(self) -> bool:
         """Whether a component wants the fraction of cases passed."""
         return any(isinstance(c, Correctness) and c.mode == "fraction" for c in self.components)
+
+    @property
+    def needs_coverage(self) -> bool:
+        """Whether the completions are tests, measured by their coverage of the reference."""
+        return any(isinstance(c, Coverage) for c in self.components)
 
     @property
     def needs_reference(self) -> bool:

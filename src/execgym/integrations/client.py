@@ -1,0 +1,208 @@
+r"""An asyncio client that scores completions against ground truths in a sandbox.
+
+The trainers' adapters (:mod:`~execgym.integrations.verl`,
+:mod:`~execgym.integrations.trl`, :mod:`~execgym.integrations.openrlhf`) all go
+through it::
+
+    async with RewardClient(reward="quality") as client:
+        score = await client.score("```python\\ndef f(x):\\n    return x + 1\\n```",
+                                   {"assert_case": ["assert f(1) == 2"]})
+        score.reward, score.verdict, score.breakdown
+
+One sandbox (the warm pool by default) serves every call; calls run concurrently up to
+``concurrency``. Bad input (ground truth that cannot be read) is an ``invalid`` score
+with ``reward=None`` and a message, never an exception, so one bad sample never sinks
+a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from execgym.errors import Error
+from execgym.integrations.extract import completion_text, extract_code
+from execgym.integrations.ground_truth import record_from_ground_truth, task_from_record
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.reward import RewardSpec, load_spec
+from execgym.sandbox.base import Sandbox
+from execgym.scoring import Scorer
+from execgym.tasks.loaders import RolloutLine
+from execgym.tasks.models import Rollout, Task
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class SampleScore:
+    """The score of one completion.
+
+    Attributes:
+        reward: In [0, 1]; ``None`` when masked (our failure or unusable input).
+        verdict: ``passed``, ``failed``, ``tampered``, ``sandbox_error``, ``invalid``...
+        message: Why, for humans.
+        breakdown: The reward's components (``RewardBreakdown.to_json()``), if any.
+    """
+
+    reward: float | None
+    verdict: str
+    message: str = ""
+    breakdown: dict[str, Any] | None = None
+
+    @property
+    def masked(self) -> bool:
+        """Whether the sample carries no reward (leave it out of the loss)."""
+        return self.reward is None
+
+
+class RewardClient:
+    """Scores completions in one sandbox; use as an async context manager.
+
+    Args:
+        sandbox: Where programs run; a :class:`~execgym.sandbox.WarmPoolSandbox`
+            (started on first use, closed with the client) by default.
+        limits: Limits of each run.
+        reward: A :class:`RewardSpec`, a preset name or a TOML path.
+        concurrency: Runs at once (default: CPU count).
+
+    Raises:
+        ConfigError: for an unknown reward or a missing tool it needs.
+    """
+
+    def __init__(
+        self,
+        *,
+        sandbox: Sandbox | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        reward: RewardSpec | str = "binary",
+        concurrency: int | None = None,
+    ) -> None:
+        self.spec = reward if isinstance(reward, RewardSpec) else load_spec(reward)
+        self.limits = limits
+        self._sandbox = sandbox
+        self._owns_sandbox = sandbox is None
+        self._slots = asyncio.Semaphore(max(1, concurrency or os.cpu_count() or 1))
+
+    async def __aenter__(self) -> RewardClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _box(self) -> Sandbox:
+        if self._sandbox is None:
+            from execgym.sandbox import WarmPoolSandbox
+
+            self._sandbox = WarmPoolSandbox()
+        return self._sandbox
+
+    async def aclose(self) -> None:
+        """Close the sandbox if the client made it; idempotent."""
+        box, self._sandbox = self._sandbox, None
+        if box is not None and self._owns_sandbox:
+            close = getattr(box, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def score_task(self, task: Task, completion: str) -> SampleScore:
+        """Score ``completion`` (code, or text with fenced code) against ``task``."""
+        code = extract_code(completion)
+        async with self._slots:
+            scorer = Scorer({task.task_id: task}, self._box(), self.limits, reward=self.spec)
+            result = await scorer.score_one(
+                RolloutLine(0, Rollout(task_id=task.task_id, completion=code))
+            )
+        breakdown = result.reward_breakdown.to_json() if result.reward_breakdown else None
+        return SampleScore(result.reward, result.verdict.value, result.message, breakdown)
+
+    async def score(
+        self, completion: Any, ground_truth: str | dict[str, Any], *, task_id: str | None = None
+    ) -> SampleScore:
+        """Score one completion against a ground truth (see :mod:`.ground_truth`).
+
+        Args:
+            completion: A string or a chat conversation (its last assistant turn).
+            ground_truth: verl-style JSON (string or dict), open-r1
+                ``verification_info``, or an execgym task record.
+            task_id: For the logs; derived from the ground truth when absent.
+
+        Returns:
+            The score; unusable input is ``invalid`` with ``reward=None``.
+        """
+        try:
+            code = extract_code(completion_text(completion))
+            task = task_from_record(record_from_ground_truth(ground_truth, code, task_id))
+        except (Error, TypeError) as error:
+            return SampleScore(None, "invalid", str(error))
+        return await self.score_task(task, code)
+
+    async def score_many(
+        self, items: Iterable[tuple[Any, str | dict[str, Any]]]
+    ) -> list[SampleScore]:
+        """Score ``(completion, ground_truth)`` pairs concurrently, in order."""
+        return list(await asyncio.gather(*(self.score(c, g) for c, g in items)))
+
+
+class BackgroundLoop:
+    """An event loop in a daemon thread, so synchronous callers can await clients.
+
+    Trainers call reward functions synchronously, sometimes from threads, sometimes
+    from inside their own event loop; coroutines are run here instead, on one loop
+    that keeps the client's sandbox alive between calls.
+    """
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="execgym-rewards", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The background loop (the client's sandbox lives on it)."""
+        return self._loop
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the background loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the background loop and await it from another loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+
+
+_shared: dict[tuple[str, float, int], RewardClient] = {}
+_loop: BackgroundLoop | None = None
+_lock = threading.Lock()
+
+
+def shared_client(
+    reward: str = "binary", *, timeout_s: float = 10.0, memory_mb: int = 512
+) -> tuple[RewardClient, BackgroundLoop]:
+    """The process's client for these settings, and the loop it runs on (made once).
+
+    Raises:
+        ConfigError: for an unknown reward or bad limits.
+    """
+    global _loop
+    key = (reward, float(timeout_s), int(memory_mb))
+    with _lock:
+        if _loop is None:
+            _loop = BackgroundLoop()
+        if key not in _shared:
+            limits = Limits(
+                wall_time_s=timeout_s, cpu_time_s=timeout_s, memory_bytes=memory_mb * 1024 * 1024
+            )
+            _shared[key] = RewardClient(reward=reward, limits=limits)
+        return _shared[key], _loop
