@@ -21,7 +21,7 @@ import click
 
 from execgym._version import __version__
 from execgym.errors import Error, TaskError
-from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
+from execgym.limits import DEFAULT_LIMITS, MIN_MEMORY_BYTES, Limits, parse_size
 from execgym.sandbox import ISOLATIONS, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.summary import summarize
@@ -98,10 +98,6 @@ def _positive_seconds(
     if value is not None and not (math.isfinite(value) and value > 0):
         raise click.BadParameter(f"{value!r}: give a positive, finite number of seconds")
     return value
-
-
-MIN_MEMORY_BYTES = 16 * MiB
-"""Below this the Python interpreter cannot even start; refused as a likely unit slip."""
 
 
 def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:

@@ -26,26 +26,27 @@ def fake() -> FakeSandbox:
 
 async def test_score_sync_with_one_bad_rollout(bwrap_client: httpx.AsyncClient) -> None:
     body = {
-        "tasks": [ONE_TASK, {"task_id": "broken"}],
+        "tasks": [ONE_TASK, {"task_id": "broken"}, ["not", "a", "task"]],
         "rollouts": [
             {"task_id": "t/1", "completion": "    return 1\n"},
             {"task_id": "t/1", "completion": "    return 2\n"},
             {"task_id": "t/1"},
             {"task_id": "broken", "completion": "x"},
             {"task_id": "nope", "completion": "x"},
+            "not an object",
         ],
     }
     response = await bwrap_client.post("/v1/score", json=body)
     assert response.status_code == 200, response.text
     job = response.json()
     assert job["state"] == "done"
-    assert job["total"] == job["finished"] == 5
+    assert job["total"] == job["finished"] == 6
     verdicts = [result["verdict"] for result in job["results"]]
-    assert verdicts == ["passed", "failed", "invalid", "invalid", "invalid"]
-    assert [result["reward"] for result in job["results"]] == [1.0, 0.0, None, None, None]
+    assert verdicts == ["passed", "failed", "invalid", "invalid", "invalid", "invalid"]
+    assert [result["reward"] for result in job["results"]] == [1.0, 0.0, None, None, None, None]
     assert "completion" in job["results"][2]["message"]
     assert "invalid" in job["results"][3]["message"]
-    assert job["counts"] == {"passed": 1, "failed": 1, "invalid": 3}
+    assert job["counts"] == {"passed": 1, "failed": 1, "invalid": 4}
 
 
 async def test_score_dataset_canonical_async(bwrap_client: httpx.AsyncClient) -> None:

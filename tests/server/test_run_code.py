@@ -200,6 +200,11 @@ async def test_unknown_language_and_bad_base64_are_422() -> None:
         )
         assert too_long.status_code == 422
         assert "more than this server allows" in too_long.json()["message"]
+        tiny = await client.post(
+            "/run_code", json={"code": "", "language": "python", "memory_limit_MB": 1}
+        )
+        assert tiny.status_code == 422
+        assert "too little to start a program" in tiny.json()["message"]
 
 
 async def test_sandbox_error_is_sandbox_error() -> None:

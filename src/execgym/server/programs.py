@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -186,7 +187,7 @@ async def _run_steps(
         "fetch": list(request.fetch_files),
         "fetch_cap": FETCH_CAP_BYTES,
     }
-    runner = resources.files("execgym.server").joinpath("_step_runner.py").read_bytes()
+    runner = _step_runner_source()
     whole = dataclasses.replace(
         limits,
         wall_time_s=budget_s,
@@ -202,6 +203,11 @@ async def _run_steps(
         want_report=True,
     )
     return outcome_from_report(result)
+
+
+@functools.cache
+def _step_runner_source() -> bytes:
+    return resources.files("execgym.server").joinpath("_step_runner.py").read_bytes()
 
 
 def outcome_from_report(result: RunResult) -> ProgramOutcome:
