@@ -281,3 +281,15 @@ async def test_code_runs_outside_the_server_process(toolchains: Toolchains) -> N
     answer = response.json()
     assert answer["status"] == "Success", answer
     assert answer["run_result"]["stdout"] == "False None\nFalse False\n"
+
+
+async def test_lone_surrogates_in_the_request_are_the_programs_problem(
+    bwrap_client: httpx.AsyncClient,
+) -> None:
+    for body in (
+        '{"language": "python", "code": "print(\'\\ud800\')"}',
+        '{"language": "python", "code": "print(input())", "stdin": "\\ud800x"}',
+    ):
+        answer = await post_like_verl(bwrap_client, body)
+        assert answer["status"] == "Failed"  # invalid UTF-8 fails the program, not us
+        assert answer["run_result"]["return_code"] != 0

@@ -10,7 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from execgym.sandbox.base import Status
-from execgym.server.languages import LANGUAGES
+from execgym.server.languages import LANGUAGES, utf8
 from execgym.server.programs import (
     LanguageUnavailable,
     ProgramRequest,
@@ -111,7 +111,7 @@ async def run_code(body: RunCodeRequest, request: Request) -> RunCodeResponse:
         program = ProgramRequest(
             language=body.language,
             code=body.code,
-            stdin=(body.stdin or "").encode(),
+            stdin=utf8(body.stdin or ""),
             files=decode_files(body.files),
             fetch_files=body.fetch_files,
             compile_timeout_s=body.compile_timeout,
@@ -138,7 +138,7 @@ async def run(body: RunRequest, request: Request) -> RunResponse:
     program = ProgramRequest(
         language=body.language,
         code=body.code,
-        stdin=body.stdin.encode(),
+        stdin=utf8(body.stdin),
         files=decode_files(body.files),
         fetch_files=body.fetch_files,
         compile_timeout_s=body.compile_timeout_s,
