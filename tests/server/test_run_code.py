@@ -200,6 +200,11 @@ async def test_unknown_language_and_bad_base64_are_422() -> None:
         )
         assert too_long.status_code == 422
         assert "more than this server allows" in too_long.json()["message"]
+        for field, value in (("files", {"\ud800": ""}), ("fetch_files", ["a\x00b"])):
+            body = json.dumps({"code": "", "language": "python", field: value})
+            weird = await client.post("/run_code", content=body, headers=VERL_HEADERS)
+            assert weird.status_code == 422, weird.text
+            assert weird.json()["message"].startswith(f"{field}: file name")
         tiny = await client.post(
             "/run_code", json={"code": "", "language": "python", "memory_limit_MB": 1}
         )

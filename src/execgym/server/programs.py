@@ -101,6 +101,7 @@ def decode_files(files: Mapping[str, str | None]) -> dict[str, bytes]:
     """
     decoded = {}
     for name, content in files.items():
+        check_path(name, "files")
         if content is None:
             continue
         try:
@@ -108,6 +109,21 @@ def decode_files(files: Mapping[str, str | None]) -> dict[str, bytes]:
         except (binascii.Error, ValueError) as error:
             raise TaskError(f"files[{name!r}] is not valid base64: {error}") from error
     return decoded
+
+
+def check_path(path: str, field: str) -> str:
+    """Return ``path`` if it is a usable file name (non-empty UTF-8, no NUL byte).
+
+    Raises:
+        TaskError: naming the field and the path.
+    """
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TaskError(f"{field}: file name {path!r} is not valid UTF-8") from error
+    if not path or "\x00" in path:
+        raise TaskError(f"{field}: file name {path!r} is empty or has a NUL byte")
+    return path
 
 
 def find_language(name: str, toolchains: Toolchains) -> Language:

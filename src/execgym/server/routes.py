@@ -14,6 +14,7 @@ from execgym.server.languages import LANGUAGES, utf8
 from execgym.server.programs import (
     LanguageUnavailable,
     ProgramRequest,
+    check_path,
     decode_files,
     find_language,
 )
@@ -113,7 +114,7 @@ async def run_code(body: RunCodeRequest, request: Request) -> RunCodeResponse:
             code=body.code,
             stdin=utf8(body.stdin or ""),
             files=decode_files(body.files),
-            fetch_files=body.fetch_files,
+            fetch_files=[check_path(path, "fetch_files") for path in body.fetch_files],
             compile_timeout_s=body.compile_timeout,
             limits=limits,
         )
@@ -140,7 +141,7 @@ async def run(body: RunRequest, request: Request) -> RunResponse:
         code=body.code,
         stdin=utf8(body.stdin),
         files=decode_files(body.files),
-        fetch_files=body.fetch_files,
+        fetch_files=[check_path(path, "fetch_files") for path in body.fetch_files],
         compile_timeout_s=body.compile_timeout_s,
         limits=limits,
     )
