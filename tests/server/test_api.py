@@ -263,7 +263,7 @@ async def test_metrics_count_requests_and_programs() -> None:
         text = (await client.get("/metrics")).text
     assert 'execgym_http_requests_total{method="POST",route="/run_code",status="200"} 1.0' in text
     assert 'execgym_programs_total{language="python",status="ok"} 1.0' in text
-    assert "execgym_in_flight_limit 1024.0" in text
+    assert "execgym_in_flight_limit 10000.0" in text
 
 
 async def test_openapi_lists_every_route() -> None:
