@@ -411,3 +411,33 @@ async def test_humaneval_canonical_over_http(bwrap_client: httpx.AsyncClient) ->
     assert job["state"] == "done"
     assert job["counts"] == {"passed": 164}
     assert len({result["task_id"] for result in job["results"]}) == 164
+
+
+async def test_our_errors_map_by_kind() -> None:
+    from execgym.errors import SandboxUnavailable
+
+    class QueueFull(SandboxUnavailable):  # shaped like a broker's full-queue error
+        retry_after_s = 2.5
+
+    class Failing(FakeSandbox):
+        error: Exception = SandboxUnavailable("bwrap vanished")
+
+        async def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
+            raise self.error
+
+    sandbox = Failing([])
+    body = {"code": "print(1)", "language": "bash"}
+    tools = Toolchains({"bash": "/usr/bin/bash"})
+    async with serving(settings=ServerSettings(), sandbox=sandbox, toolchains=tools) as client:
+        ours = await client.post("/run_code", json=body)
+        assert ours.status_code == 503
+        assert ours.json()["message"] == "bwrap vanished"
+        assert ours.json()["error_id"]
+        sandbox.error = QueueFull("queue full")
+        full = await client.post("/run_code", json=body)
+        assert full.status_code == 429
+        assert full.headers["retry-after"] == "3"
+        sandbox.error = RuntimeError("a bug")
+        bug = await client.post("/run_code", json=body)
+        assert bug.status_code == 500
+        assert "a bug" not in bug.text
