@@ -24,7 +24,7 @@ from execgym._version import __version__
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import Error, TaskError
 from execgym.judges.compile import Builder
-from execgym.limits import DEFAULT_LIMITS, Limits, MiB, parse_size
+from execgym.limits import DEFAULT_LIMITS, MIN_MEMORY_BYTES, Limits, parse_size
 from execgym.reward import load_spec
 from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
@@ -104,10 +104,6 @@ def _positive_seconds(
     if value is not None and not (math.isfinite(value) and value > 0):
         raise click.BadParameter(f"{value!r}: give a positive, finite number of seconds")
     return value
-
-
-MIN_MEMORY_BYTES = 16 * MiB
-"""Below this the Python interpreter cannot even start; refused as a likely unit slip."""
 
 
 def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:

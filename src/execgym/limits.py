@@ -13,6 +13,9 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
+MIN_MEMORY_BYTES = 16 * MiB
+"""Below this the Python interpreter cannot even start; refused as a likely unit slip."""
+
 _SIZE_UNITS = {
     "": 1,
     "b": 1,

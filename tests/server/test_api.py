@@ -26,26 +26,27 @@ def fake() -> FakeSandbox:
 
 async def test_score_sync_with_one_bad_rollout(bwrap_client: httpx.AsyncClient) -> None:
     body = {
-        "tasks": [ONE_TASK, {"task_id": "broken"}],
+        "tasks": [ONE_TASK, {"task_id": "broken"}, ["not", "a", "task"]],
         "rollouts": [
             {"task_id": "t/1", "completion": "    return 1\n"},
             {"task_id": "t/1", "completion": "    return 2\n"},
             {"task_id": "t/1"},
             {"task_id": "broken", "completion": "x"},
             {"task_id": "nope", "completion": "x"},
+            "not an object",
         ],
     }
     response = await bwrap_client.post("/v1/score", json=body)
     assert response.status_code == 200, response.text
     job = response.json()
     assert job["state"] == "done"
-    assert job["total"] == job["finished"] == 5
+    assert job["total"] == job["finished"] == 6
     verdicts = [result["verdict"] for result in job["results"]]
-    assert verdicts == ["passed", "failed", "invalid", "invalid", "invalid"]
-    assert [result["reward"] for result in job["results"]] == [1.0, 0.0, None, None, None]
+    assert verdicts == ["passed", "failed", "invalid", "invalid", "invalid", "invalid"]
+    assert [result["reward"] for result in job["results"]] == [1.0, 0.0, None, None, None, None]
     assert "completion" in job["results"][2]["message"]
     assert "invalid" in job["results"][3]["message"]
-    assert job["counts"] == {"passed": 1, "failed": 1, "invalid": 3}
+    assert job["counts"] == {"passed": 1, "failed": 1, "invalid": 4}
 
 
 async def test_score_dataset_canonical_async(bwrap_client: httpx.AsyncClient) -> None:
@@ -262,7 +263,7 @@ async def test_metrics_count_requests_and_programs() -> None:
         text = (await client.get("/metrics")).text
     assert 'execgym_http_requests_total{method="POST",route="/run_code",status="200"} 1.0' in text
     assert 'execgym_programs_total{language="python",status="ok"} 1.0' in text
-    assert "execgym_in_flight_limit 1024.0" in text
+    assert "execgym_in_flight_limit 10000.0" in text
 
 
 async def test_openapi_lists_every_route() -> None:
@@ -410,3 +411,33 @@ async def test_humaneval_canonical_over_http(bwrap_client: httpx.AsyncClient) ->
     assert job["state"] == "done"
     assert job["counts"] == {"passed": 164}
     assert len({result["task_id"] for result in job["results"]}) == 164
+
+
+async def test_our_errors_map_by_kind() -> None:
+    from execgym.errors import SandboxUnavailable
+
+    class QueueFull(SandboxUnavailable):  # shaped like a broker's full-queue error
+        retry_after_s = 2.5
+
+    class Failing(FakeSandbox):
+        error: Exception = SandboxUnavailable("bwrap vanished")
+
+        async def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
+            raise self.error
+
+    sandbox = Failing([])
+    body = {"code": "print(1)", "language": "bash"}
+    tools = Toolchains({"bash": "/usr/bin/bash"})
+    async with serving(settings=ServerSettings(), sandbox=sandbox, toolchains=tools) as client:
+        ours = await client.post("/run_code", json=body)
+        assert ours.status_code == 503
+        assert ours.json()["message"] == "bwrap vanished"
+        assert ours.json()["error_id"]
+        sandbox.error = QueueFull("queue full")
+        full = await client.post("/run_code", json=body)
+        assert full.status_code == 429
+        assert full.headers["retry-after"] == "3"
+        sandbox.error = RuntimeError("a bug")
+        bug = await client.post("/run_code", json=body)
+        assert bug.status_code == 500
+        assert "a bug" not in bug.text

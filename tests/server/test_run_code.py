@@ -200,6 +200,16 @@ async def test_unknown_language_and_bad_base64_are_422() -> None:
         )
         assert too_long.status_code == 422
         assert "more than this server allows" in too_long.json()["message"]
+        for field, value in (("files", {"\ud800": ""}), ("fetch_files", ["a\x00b"])):
+            body = json.dumps({"code": "", "language": "python", field: value})
+            weird = await client.post("/run_code", content=body, headers=VERL_HEADERS)
+            assert weird.status_code == 422, weird.text
+            assert weird.json()["message"].startswith(f"{field}: file name")
+        tiny = await client.post(
+            "/run_code", json={"code": "", "language": "python", "memory_limit_MB": 1}
+        )
+        assert tiny.status_code == 422
+        assert "too little to start a program" in tiny.json()["message"]
 
 
 async def test_sandbox_error_is_sandbox_error() -> None:
@@ -276,3 +286,15 @@ async def test_code_runs_outside_the_server_process(toolchains: Toolchains) -> N
     answer = response.json()
     assert answer["status"] == "Success", answer
     assert answer["run_result"]["stdout"] == "False None\nFalse False\n"
+
+
+async def test_lone_surrogates_in_the_request_are_the_programs_problem(
+    bwrap_client: httpx.AsyncClient,
+) -> None:
+    for body in (
+        '{"language": "python", "code": "print(\'\\ud800\')"}',
+        '{"language": "python", "code": "print(input())", "stdin": "\\ud800x"}',
+    ):
+        answer = await post_like_verl(bwrap_client, body)
+        assert answer["status"] == "Failed"  # invalid UTF-8 fails the program, not us
+        assert answer["run_result"]["return_code"] != 0

@@ -8,6 +8,7 @@ Run it with ``execgym serve``, or with any ASGI server::
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
 
 from execgym._version import __version__
-from execgym.errors import CapacityExceeded, TaskError
+from execgym.errors import ConfigError, Error, TaskError
 from execgym.sandbox import WarmPoolSandbox, create_sandbox
 from execgym.sandbox.base import Sandbox
 from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
@@ -58,12 +59,23 @@ def _error(status: int, error: str, message: str, **extra: object) -> JSONRespon
 
 
 def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
-    @app.exception_handler(CapacityExceeded)
-    async def at_capacity(request: Request, error: CapacityExceeded) -> JSONResponse:
-        metrics.rejected.inc()
-        response = _error(429, "at_capacity", str(error))
-        response.headers["Retry-After"] = str(error.retry_after_s)
-        return response
+    @app.exception_handler(Error)
+    async def execgym_error(request: Request, error: Error) -> JSONResponse:
+        """Our errors by kind: full is 429, bad input 422, another failure of ours 503.
+
+        "Full" is any error with ``retry_after_s``: our capacity, a broker's full queue.
+        """
+        retry_after_s = getattr(error, "retry_after_s", None)
+        if retry_after_s is not None:
+            metrics.rejected.inc()
+            response = _error(429, "at_capacity", str(error))
+            response.headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+            return response
+        if isinstance(error, TaskError | ConfigError):
+            return _error(422, "invalid_request", str(error))
+        error_id = uuid.uuid4().hex[:12]
+        log.error("request_failed error_id=%s path=%s: %s", error_id, request.url.path, error)
+        return _error(503, "unavailable", str(error), error_id=error_id)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -79,10 +91,6 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
             for item in error.errors()
         ]
         return _error(422, "invalid_request", "; ".join(problems) + hint, detail=fields)
-
-    @app.exception_handler(TaskError)
-    async def bad_input(request: Request, error: TaskError) -> JSONResponse:
-        return _error(422, "invalid_request", str(error))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:

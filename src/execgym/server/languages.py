@@ -212,6 +212,14 @@ def _pytest_site() -> str | None:
     return None
 
 
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8, lone surrogates kept as the invalid bytes they stand for.
+
+    JSON allows a lone surrogate escape; the program, not the server, then fails on it.
+    """
+    return text.encode("utf-8", errors="surrogatepass")
+
+
 @dataclass(frozen=True, slots=True)
 class Recipe:
     """The concrete steps for one request: files to write, compile and run argv."""
@@ -237,7 +245,7 @@ def recipe(language: Language, code: str, toolchains: Toolchains) -> Recipe:
     The caller has checked with :meth:`Toolchains.missing` that every tool is there.
     """
     tool = toolchains.tools.get
-    source = code.encode("utf-8", errors="surrogateescape")
+    source = utf8(code)
     steps: dict[str, tuple[dict[str, bytes], list[str] | None, list[str]]] = {
         "python": ({"main.py": source}, None, python_command("main.py")),
         "bash": ({"main.sh": source}, None, [tool("bash", ""), "main.sh"]),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ def decode_files(files: Mapping[str, str | None]) -> dict[str, bytes]:
     """
     decoded = {}
     for name, content in files.items():
+        check_path(name, "files")
         if content is None:
             continue
         try:
@@ -107,6 +109,21 @@ def decode_files(files: Mapping[str, str | None]) -> dict[str, bytes]:
         except (binascii.Error, ValueError) as error:
             raise TaskError(f"files[{name!r}] is not valid base64: {error}") from error
     return decoded
+
+
+def check_path(path: str, field: str) -> str:
+    """Return ``path`` if it is a usable file name (non-empty UTF-8, no NUL byte).
+
+    Raises:
+        TaskError: naming the field and the path.
+    """
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TaskError(f"{field}: file name {path!r} is not valid UTF-8") from error
+    if not path or "\x00" in path:
+        raise TaskError(f"{field}: file name {path!r} is empty or has a NUL byte")
+    return path
 
 
 def find_language(name: str, toolchains: Toolchains) -> Language:
@@ -186,7 +203,7 @@ async def _run_steps(
         "fetch": list(request.fetch_files),
         "fetch_cap": FETCH_CAP_BYTES,
     }
-    runner = resources.files("execgym.server").joinpath("_step_runner.py").read_bytes()
+    runner = _step_runner_source()
     whole = dataclasses.replace(
         limits,
         wall_time_s=budget_s,
@@ -202,6 +219,11 @@ async def _run_steps(
         want_report=True,
     )
     return outcome_from_report(result)
+
+
+@functools.cache
+def _step_runner_source() -> bytes:
+    return resources.files("execgym.server").joinpath("_step_runner.py").read_bytes()
 
 
 def outcome_from_report(result: RunResult) -> ProgramOutcome:

@@ -10,10 +10,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from execgym.sandbox.base import Status
-from execgym.server.languages import LANGUAGES
+from execgym.server.languages import LANGUAGES, utf8
 from execgym.server.programs import (
     LanguageUnavailable,
     ProgramRequest,
+    check_path,
     decode_files,
     find_language,
 )
@@ -111,9 +112,9 @@ async def run_code(body: RunCodeRequest, request: Request) -> RunCodeResponse:
         program = ProgramRequest(
             language=body.language,
             code=body.code,
-            stdin=(body.stdin or "").encode(),
+            stdin=utf8(body.stdin or ""),
             files=decode_files(body.files),
-            fetch_files=body.fetch_files,
+            fetch_files=[check_path(path, "fetch_files") for path in body.fetch_files],
             compile_timeout_s=body.compile_timeout,
             limits=limits,
         )
@@ -138,9 +139,9 @@ async def run(body: RunRequest, request: Request) -> RunResponse:
     program = ProgramRequest(
         language=body.language,
         code=body.code,
-        stdin=body.stdin.encode(),
+        stdin=utf8(body.stdin),
         files=decode_files(body.files),
-        fetch_files=body.fetch_files,
+        fetch_files=[check_path(path, "fetch_files") for path in body.fetch_files],
         compile_timeout_s=body.compile_timeout_s,
         limits=limits,
     )

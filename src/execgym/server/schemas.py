@@ -150,12 +150,10 @@ class ScoreRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    tasks: list[dict[str, Any]] | None = Field(None, description="tasks, as in tasks.jsonl")
+    tasks: list[Any] | None = Field(None, description="task objects, as in tasks.jsonl")
     dataset: Literal[DATASETS] | None = Field(None, description="a built-in data set")  # type: ignore[valid-type]
     task_ids: list[str] | None = Field(None, description="with solutions: these tasks only")
-    rollouts: list[dict[str, Any]] | None = Field(
-        None, description="rollouts, as in rollouts.jsonl"
-    )
+    rollouts: list[Any] | None = Field(None, description="rollout objects, as in rollouts.jsonl")
     solutions: Literal["canonical"] | None = None
     limits: TaskLimits | None = Field(None, description="limits for every run")
     wait: bool = Field(True, description="answer with the results (200) or a job id (202)")

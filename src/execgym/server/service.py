@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from execgym.errors import Error, TaskError
-from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.limits import DEFAULT_LIMITS, MIN_MEMORY_BYTES, Limits
 from execgym.scoring import Scorer
 from execgym.server.capacity import BoundedSandbox, Capacity
 from execgym.server.jobs import Batch, JobRunner
@@ -55,6 +55,7 @@ class Service:
     metrics: Metrics
     clock: Callable[[], float] = time.monotonic
     _ready_at: float | None = None
+    _datasets: dict[str, dict[str, Task]] = field(default_factory=dict)
     _ready_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def run(self, request: ProgramRequest) -> ProgramOutcome:
@@ -112,6 +113,11 @@ class Service:
                 f"a timeout of {wall_time_s} s is more than this server allows "
                 f"({settings.max_wall_time_s} s)"
             )
+        if memory_bytes is not None and memory_bytes < MIN_MEMORY_BYTES:
+            raise TaskError(
+                f"a memory limit of {memory_bytes} bytes is too little to start a program "
+                f"(at least {MIN_MEMORY_BYTES} bytes)"
+            )
         if memory_bytes is not None and memory_bytes > settings.max_memory_bytes:
             raise TaskError(
                 f"a memory limit of {memory_bytes} bytes is more than this server allows "
@@ -148,7 +154,9 @@ class Service:
         if (request.tasks is None) == (request.dataset is None):
             raise TaskError("give either tasks (a list of task objects) or dataset, not both")
         if request.dataset is not None:
-            tasks = load_dataset(request.dataset)
+            if request.dataset not in self._datasets:
+                self._datasets[request.dataset] = load_dataset(request.dataset)
+            tasks = self._datasets[request.dataset]
             if request.task_ids is not None:
                 unknown = sorted(set(request.task_ids) - set(tasks))
                 if unknown:
@@ -160,7 +168,7 @@ class Service:
             try:
                 task = Task.model_validate(record)
             except ValidationError as error:
-                task_id = record.get("task_id")
+                task_id = record.get("task_id") if isinstance(record, dict) else None
                 why = f"tasks[{number}]: {_describe(error)}"
                 if isinstance(task_id, str):
                     skipped[task_id] = why

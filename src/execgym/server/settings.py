@@ -49,7 +49,7 @@ class ServerSettings:
     warm_pool: bool = True
     allow_root: bool = False
     workers: int = max(1, os.cpu_count() or 1)
-    max_in_flight: int = 1024
+    max_in_flight: int = 10_000
     max_body_bytes: int = 64 * MiB
     max_batch: int = 10_000
     job_ttl_s: float = 3600.0
