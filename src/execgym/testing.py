@@ -9,8 +9,13 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from execgym.judges.languages import KNOWN_GOOD
@@ -124,3 +129,73 @@ def harness_pass(call: FakeCall) -> RunResult:
 
     nonce = job_nonce(call.stdin)
     return fake_result(report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n')
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A real ``redis-server`` on a free port with AOF on, for tests and benchmarks.
+
+    Never a service left running by someone else: each instance starts its own,
+    keeps its files in ``directory``, and can be killed and started again on the same
+    port and files (to test a restart). ``appendfsync`` is ``everysec`` (Redis's
+    default); set it to ``"always"`` before :meth:`start` for every write on disk
+    before it is answered (nothing lost even on SIGKILL).
+
+    Args:
+        directory: Where its AOF files and ``redis.log`` go.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.appendfsync = "everysec"
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start it and wait until it answers ``PING``.
+
+        Raises:
+            RuntimeError: with its log, if it does not start within 10 s.
+        """
+        argv = [
+            "redis-server",
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.directory),
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--protected-mode", "no",
+        ]  # fmt: skip
+        with (self.directory / "redis.log").open("ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError(
+            f"redis-server did not start: {(self.directory / 'redis.log').read_text()}"
+        )
+
+    def kill(self) -> None:
+        """SIGKILL it (no save on exit) and wait for it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()

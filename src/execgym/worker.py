@@ -26,6 +26,7 @@ import os
 import secrets
 import signal
 import socket
+from collections import deque
 from dataclasses import dataclass, field
 
 from execgym.broker.base import Broker, Delivery
@@ -56,6 +57,8 @@ class WorkerSettings:
             they are handed back.
         heartbeat_s: Seconds between heartbeats; default a third of the broker's
             visibility timeout.
+        prefetch: Jobs taken ahead of free slots, so a slot that frees starts its next
+            job at once (they are heartbeated, and handed back on stop).
         block_s: Longest wait for a job in one read.
         name: Consumer name, unique per process (default :func:`default_name`).
 
@@ -67,13 +70,16 @@ class WorkerSettings:
     max_attempts: int = 3
     drain_timeout_s: float = 30.0
     heartbeat_s: float | None = None
+    prefetch: int | None = None
     block_s: float = 1.0
     name: str = field(default_factory=default_name)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.max_attempts < 1:
             raise ConfigError("concurrency and max_attempts must be at least 1")
-        if self.drain_timeout_s < 0 or self.block_s <= 0:
+        if self.prefetch is None:
+            object.__setattr__(self, "prefetch", self.concurrency)
+        if self.drain_timeout_s < 0 or self.block_s <= 0 or (self.prefetch or 0) < 0:
             raise ConfigError("drain_timeout_s must be >= 0 and block_s > 0")
 
 
@@ -106,7 +112,7 @@ class Worker:
         self.name = self.settings.name
         self.stats = WorkerStats()
         self._running: dict[asyncio.Task[None], Delivery] = {}
-        self._held: list[Delivery] = []
+        self._buffer: deque[Delivery] = deque()
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -144,26 +150,46 @@ class Worker:
         log.info("worker_stopped name=%s stats=%s", self.name, self.stats)
 
     async def _receive_loop(self) -> None:
+        """Keep ``concurrency`` jobs running and up to ``prefetch`` more at hand."""
         delay_s = 0.05
+        capacity = self.settings.concurrency + (self.settings.prefetch or 0)
         while not self._stopping.is_set():
-            free = self.settings.concurrency - len(self._running)
-            if free <= 0:
-                self._slot_freed.clear()
-                await _first(self._slot_freed.wait(), self._stopping.wait())
+            self._slot_freed.clear()
+            await self._start_buffered()
+            room = capacity - len(self._running) - len(self._buffer)
+            if room > 0 and not self._stopping.is_set():
+                idle = not self._buffer
+                try:
+                    got = await self.receive(room, self.settings.block_s if idle else 0.0)
+                except BrokerError as error:
+                    log.warning("receive failed: %s; retrying in %.2f s", error, delay_s)
+                    await _first(asyncio.sleep(delay_s), self._stopping.wait())
+                    delay_s = min(delay_s * 2, 2.0)
+                    continue
+                delay_s = 0.05
+                self._buffer.extend(got)
+                if got or idle:
+                    continue
+            await _first(self._slot_freed.wait(), self._stopping.wait())
+
+    async def _start_buffered(self) -> None:
+        """Start buffered jobs while there are free slots.
+
+        A job delivered before (its earlier deliveries ended without a result) may be
+        one that kills its worker: it waits until nothing else runs, and runs alone,
+        so it takes no other job down with it and only its own attempts count towards
+        the dead-letter stream.
+        """
+        while self._buffer and len(self._running) < self.settings.concurrency:
+            if self._stopping.is_set():
+                return
+            if self._buffer[0].attempt > 1:
+                if self._running:
+                    return  # a slot freeing wakes the loop again
+                task = self._start(self._buffer.popleft())
+                await _first(asyncio.shield(task), self._stopping.wait())
                 continue
-            try:
-                deliveries = await self.receive(free)
-            except BrokerError as error:
-                log.warning("receive failed: %s; retrying in %.2f s", error, delay_s)
-                await _first(asyncio.sleep(delay_s), self._stopping.wait())
-                delay_s = min(delay_s * 2, 2.0)
-                continue
-            delay_s = 0.05
-            for delivery in deliveries:
-                if delivery.attempt > 1:
-                    await self._run_alone(delivery)
-                else:
-                    self._start(delivery)
+            self._start(self._buffer.popleft())
 
     def _start(self, delivery: Delivery) -> asyncio.Task[None]:
         task = asyncio.create_task(self._settle(delivery))
@@ -171,35 +197,13 @@ class Worker:
         task.add_done_callback(self._finished)
         return task
 
-    async def _run_alone(self, delivery: Delivery) -> None:
-        """Run a job that was delivered before with nothing else beside it.
-
-        A job whose earlier deliveries ended without a result may be one that kills its
-        worker; alone, it takes no other job down with it, so only its own attempts
-        count towards the dead-letter stream.
-        """
-        self._held.append(delivery)  # heartbeats keep it ours while the others finish
-        try:
-            while self._running and not self._stopping.is_set():
-                self._slot_freed.clear()
-                await _first(self._slot_freed.wait(), self._stopping.wait())
-            if self._stopping.is_set():
-                with contextlib.suppress(BrokerError):
-                    await self.broker.retry(delivery, count_attempt=False)
-                    self.stats.handed_back += 1
-                return
-            task = self._start(delivery)
-        finally:
-            self._held.remove(delivery)
-        await _first(asyncio.shield(task), self._stopping.wait())
-
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
         self._slot_freed.set()
 
-    async def receive(self, count: int) -> list[Delivery]:
-        """Step 1: take up to ``count`` jobs from the broker."""
-        return await self.broker.consume(self.name, count, self.settings.block_s)
+    async def receive(self, count: int, block_s: float) -> list[Delivery]:
+        """Step 1: take up to ``count`` jobs from the broker, waiting up to ``block_s``."""
+        return await self.broker.consume(self.name, count, block_s)
 
     async def _settle(self, delivery: Delivery) -> None:
         """Process one delivery; on a broker outage keep trying until it is settled."""
@@ -218,7 +222,7 @@ class Worker:
         job = await self.load_task(delivery)
         if job is None:
             return
-        if await self.broker.is_done(job.job_id):  # a duplicate delivery or submission
+        if delivery.already_done:  # a duplicate delivery or submission
             await self._announce_stored(job)
             await self.ack(delivery)
             self.stats.duplicates += 1
@@ -234,8 +238,7 @@ class Worker:
             await self.broker.retry(delivery, count_attempt=True)  # perhaps another node's works
             self.stats.retried += 1
             return
-        await self.store(self.reward(job, scored, delivery))
-        await self.ack(delivery)
+        await self.store_and_ack(delivery, self.reward(job, scored, delivery))
         self.stats.done += 1
 
     async def load_task(self, delivery: Delivery) -> JobMessage | None:
@@ -266,12 +269,19 @@ class Worker:
         """Step 4: the result message, with the reward the scorer computed."""
         return ResultMessage.of(job, scored, worker=self.name, attempt=delivery.attempt)
 
+    async def store_and_ack(self, delivery: Delivery, result: ResultMessage) -> None:
+        """Steps 5 and 6: store the result (the first stored for a job wins), then ack.
+
+        One round trip to the broker; the ack never comes before the result is stored.
+        """
+        await self.broker.complete(delivery, result)
+
     async def store(self, result: ResultMessage) -> None:
-        """Step 5: store the result (the first stored for a job wins)."""
+        """Store a result without acknowledging anything."""
         await self.broker.store_result(result)
 
     async def ack(self, delivery: Delivery) -> None:
-        """Step 6: the job is done; only ever after :meth:`store`."""
+        """Acknowledge a job; only ever after its result is stored."""
         await self.broker.ack(delivery)
 
     async def _announce_stored(self, job: JobMessage) -> None:
@@ -311,14 +321,16 @@ class Worker:
         interval_s = self.settings.heartbeat_s or self.broker.settings.visibility_timeout_s / 3
         while True:
             try:
-                held = [*self._running.values(), *self._held]
+                held = [*self._running.values(), *self._buffer]
                 await self.broker.heartbeat(self.name, held)
             except BrokerError as error:
                 log.warning("heartbeat failed: %s", error)
             await asyncio.sleep(interval_s)
 
     async def _drain(self) -> None:
-        """Let running jobs finish for ``drain_timeout_s``, then hand the rest back."""
+        """Hand buffered jobs back; running ones get ``drain_timeout_s``, then go back."""
+        await self._hand_back(list(self._buffer))
+        self._buffer.clear()
         if not self._running:
             return
         log.info("draining %d job(s)", len(self._running))
@@ -334,6 +346,9 @@ class Worker:
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
+        await self._hand_back(deliveries)
+
+    async def _hand_back(self, deliveries: list[Delivery]) -> None:
         for delivery in deliveries:
             try:
                 await self.broker.retry(delivery, count_attempt=False)

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,6 +15,7 @@ from execgym import Rollout, Task
 from execgym.broker import BrokerSettings, JobMessage, MemoryBroker
 from execgym.broker.redis_streams import RedisStreamsBroker
 from execgym.limits import Limits
+from execgym.testing import RedisServer
 from tests.conftest import require
 
 HERE = Path(__file__).parent
@@ -30,62 +28,6 @@ TASK = Task(
     tests="def check(c):\n    assert c() == 1\n",
     entry_point="f",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RedisServer:
-    """One redis-server process with AOF on, in its own directory.
-
-    ``appendfsync`` is ``everysec`` (Redis's default) unless a test needs ``always``
-    (every write on disk before it is answered: nothing lost even on SIGKILL).
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.appendfsync = "everysec"
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        argv = [
-            "redis-server",
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.directory),
-            "--appendonly", "yes",
-            "--appendfsync", self.appendfsync,
-            "--save", "",
-            "--protected-mode", "no",
-        ]  # fmt: skip
-        with (self.directory / "redis.log").open("ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(64).startswith(b"+PONG"):
-                        return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise RuntimeError(
-            f"redis-server did not start: {(self.directory / 'redis.log').read_text()}"
-        )
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from execgym.broker.memory import MemoryBroker
 from execgym.broker.redis_streams import RedisStreamsBroker
 from execgym.errors import MessageError, QueueFull
 from execgym.judges.base import Verdict
+from execgym.sandbox import Status
 from execgym.tasks import LineProblem
-from execgym.testing import FakeSandbox, harness_pass
+from execgym.testing import FakeSandbox, fake_result, harness_pass
 from execgym.worker import Worker, WorkerSettings
 from tests.broker.conftest import TASK, job
 
@@ -161,4 +162,18 @@ async def test_resubmitted_job_id_is_not_run_twice(broker: Broker) -> None:
     await running
     assert len(box.calls) == 1
     assert first == again
-    assert worker.stats.duplicates == 1
+    assert (worker.stats.done, worker.stats.duplicates) == (1, 0)  # not even queued again
+
+
+async def test_sandbox_error_is_retried_on_the_queue_then_masked(broker: Broker) -> None:
+    box = FakeSandbox([fake_result(Status.SANDBOX_ERROR, message="no cgroup")])
+    worker = Worker(broker, box, WorkerSettings(concurrency=1, max_attempts=3, block_s=0.2))
+    running = asyncio.create_task(worker.run())
+    (result,) = [r async for r in score_jobs(broker, [job(0)])]
+    worker.stop()
+    await running
+    assert result.result["verdict"] == "sandbox_error"
+    assert result.result["reward"] is None
+    assert result.delivery_attempt == 3  # retried twice through the queue
+    assert len(box.calls) == 3 * 2  # and each delivery retried once in the scorer
+    assert worker.stats.retried == 2

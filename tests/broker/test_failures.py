@@ -55,6 +55,7 @@ async def test_kill_9_mid_job_another_worker_finishes_it(
     first = spawn_fake_worker(redis_server.url, "t", concurrency=2)
     workers.append(first)
     jobs = [job(0, "    return 1  # SLEEP_S=3\n"), *(job(i) for i in range(1, 6))]
+    await client.ensure_group()  # so that XPENDING below never races the first submit
     batch = asyncio.create_task(collect(score_jobs(client, jobs), 60))
     slow_entry = None
     async with asyncio.timeout(20):

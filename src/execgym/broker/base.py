@@ -69,6 +69,8 @@ class Delivery:
             ended in a crash or timeout (1 on first delivery).
         problem: Why the message could not be decoded (when ``job`` is ``None``).
         raw: The message as received, kept for the dead-letter stream.
+        already_done: A result for this ``job_id`` was stored when it was delivered (a
+            job submitted or delivered twice): announce that result, do not run it.
     """
 
     entry_id: str
@@ -76,6 +78,7 @@ class Delivery:
     attempt: int
     problem: str = ""
     raw: str = ""
+    already_done: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +123,8 @@ class Broker(Protocol):
     async def consume(self, consumer: str, count: int, block_s: float) -> list[Delivery]:
         """Take up to ``count`` jobs for ``consumer``, waiting up to ``block_s`` for one.
 
-        A job reclaimed from a dead worker comes first, alone (one per call), then
-        new ones.
+        ``block_s`` 0 does not wait. A job reclaimed from a dead worker comes first,
+        alone (one per call), then new ones.
         """
         ...
 
@@ -143,6 +146,14 @@ class Broker(Protocol):
 
     async def ack(self, delivery: Delivery) -> None:
         """The job is finished (its result stored): remove it from the queue."""
+        ...
+
+    async def complete(self, delivery: Delivery, result: ResultMessage) -> bool:
+        """:meth:`store_result`, then :meth:`ack`, in one round trip where possible.
+
+        Returns:
+            ``True`` if this call stored the result.
+        """
         ...
 
     async def retry(self, delivery: Delivery, *, count_attempt: bool) -> None:

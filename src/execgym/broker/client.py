@@ -130,6 +130,7 @@ async def score_jobs(
     results = broker.results(batch_id, len(jobs))
     pending: dict[int, ResultMessage] = {}
     position = 0
+    reader: asyncio.Future[ResultMessage] | None = None
     try:
         while True:
             reader = asyncio.ensure_future(anext(results))
@@ -149,10 +150,13 @@ async def score_jobs(
                 yield pending.pop(position)
                 position += 1
     finally:
-        submitter.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await submitter
-        await results.aclose()  # type: ignore[attr-defined]
+        for task in (submitter, reader):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        with contextlib.suppress(RuntimeError):  # already closed by a cancelled read
+            await results.aclose()  # type: ignore[attr-defined]
 
 
 class _NothingRuns:

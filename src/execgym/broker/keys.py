@@ -13,7 +13,9 @@ name                           type    holds
 ``<prefix>:worker:<name>``     string  a worker's heartbeat (JSON), expires when it dies
 =============================  ======  ================================================
 
-The consumer group on the jobs stream is :data:`GROUP`.
+The consumer group on the jobs stream is :data:`GROUP`. The submit script in
+:mod:`execgym.broker.redis_streams` builds ``result`` and ``done`` names from the
+prefixes ``Keys.result("")`` and ``Keys.done("")`` it is given, so they stay defined here.
 """
 
 from __future__ import annotations

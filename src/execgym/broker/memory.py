@@ -46,6 +46,7 @@ class MemoryBroker:
     name: str = "embedded"
     _waiting: deque[str] = field(default_factory=deque)
     _entries: dict[str, _Entry] = field(default_factory=dict)
+    _delivered: dict[str, None] = field(default_factory=dict)  # entries out with a worker
     _results: dict[str, tuple[ResultMessage, float]] = field(default_factory=dict)
     _done: dict[str, list[ResultMessage]] = field(default_factory=dict)
     _dead: deque[DeadLetter] = field(default_factory=deque)
@@ -82,6 +83,10 @@ class MemoryBroker:
                 async with self._condition():
                     await self._wait(self.settings.retry_after_s)
             for job in part:
+                stored = await self.get_result(job.job_id)
+                if stored is not None:  # idempotent by job_id: announce, do not run again
+                    self._done.setdefault(job.batch_id, []).append(stored)
+                    continue
                 entry_id = str(next(self._ids))
                 self._entries[entry_id] = _Entry(job.to_json(), job.attempt)
                 self._waiting.append(entry_id)
@@ -112,13 +117,14 @@ class MemoryBroker:
     def _reclaim(self, consumer: str) -> list[Delivery]:
         """One stalled job at most, as the Redis broker does."""
         stale = self.clock() - self.settings.visibility_timeout_s
-        for entry_id, entry in self._entries.items():
-            if entry.deliveries and entry.seen_at <= stale:
+        for entry_id in self._delivered:
+            if self._entries[entry_id].seen_at <= stale:
                 return [self._deliver(entry_id, consumer)]
         return []
 
     def _deliver(self, entry_id: str, consumer: str) -> Delivery:
         entry = self._entries[entry_id]
+        self._delivered[entry_id] = None
         entry.deliveries += 1
         entry.consumer = consumer
         entry.seen_at = self.clock()
@@ -127,7 +133,9 @@ class MemoryBroker:
             job = JobMessage.from_json(entry.raw)
         except MessageError as error:
             return Delivery(entry_id, None, attempt, problem=str(error), raw=entry.raw)
-        return Delivery(entry_id, job, attempt, raw=entry.raw)
+        stored = self._results.get(job.job_id)
+        done = stored is not None and stored[1] > self.clock()
+        return Delivery(entry_id, job, attempt, raw=entry.raw, already_done=done)
 
     async def heartbeat(self, consumer: str, deliveries: Sequence[Delivery]) -> None:
         """Keep ``consumer``'s jobs from being reclaimed."""
@@ -164,11 +172,19 @@ class MemoryBroker:
     async def ack(self, delivery: Delivery) -> None:
         """Remove a finished job."""
         self._entries.pop(delivery.entry_id, None)
+        self._delivered.pop(delivery.entry_id, None)
         await self._notify()
+
+    async def complete(self, delivery: Delivery, result: ResultMessage) -> bool:
+        """Store ``result``, then acknowledge ``delivery``."""
+        first = await self.store_result(result)
+        await self.ack(delivery)
+        return first
 
     async def retry(self, delivery: Delivery, *, count_attempt: bool) -> None:
         """Queue the job again as a new entry, keeping its attempt count."""
         entry = self._entries.pop(delivery.entry_id, None)
+        self._delivered.pop(delivery.entry_id, None)
         if entry is None:
             return
         entry_id = str(next(self._ids))

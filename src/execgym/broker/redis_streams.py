@@ -2,7 +2,9 @@
 
 Semantics (at least once, exactly one result per job):
 
-- **submit**: a Lua script adds a chunk of jobs only if the stream stays within
+- **submit**: a Lua script skips jobs whose result is stored already (announcing it
+  to the batch instead: the ``job_id`` is an idempotency key), and adds the others only
+  if the stream stays within
   ``max_queue_length`` (``XLEN`` counts waiting and running jobs, since finished ones are
   deleted); otherwise the caller waits or gets :class:`~execgym.errors.QueueFull` with a
   ``retry_after_s`` hint. ``MAXLEN`` trimming is never used on the jobs stream: it would
@@ -14,7 +16,8 @@ Semantics (at least once, exactly one result per job):
   time without counting a delivery; a ``worker:<name>`` key with a TTL says it is alive.
 - **store_result**: a Lua script ``SET ... NX EX`` the result under its ``job_id`` and
   announces the stored (first) result on the batch's ``done`` stream, atomically.
-- **ack** (only after the result is stored): ``XACK`` + ``XDEL`` in one transaction.
+- **ack** (only after the result is stored): ``XACK`` + ``XDEL`` in one transaction;
+  **complete** is the store script then ``XACK`` + ``XDEL`` in one script (one trip).
 - **retry** / **dead_letter**: ``XADD`` to the jobs (or dead-letter) stream + ``XACK`` +
   ``XDEL``, in one transaction.
 
@@ -32,6 +35,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -53,12 +57,27 @@ SUBMIT_CHUNK = 500
 """Jobs added per script call when a waiting submit splits a batch."""
 
 _SUBMIT = """
+local result_prefix, done_prefix, ttl = ARGV[2], ARGV[3], ARGV[4]
+local fresh, n = {}, 0
+for i = 5, #ARGV, 3 do
+  local stored = redis.call('GET', result_prefix .. ARGV[i])
+  if stored then
+    local done = done_prefix .. ARGV[i + 1]
+    redis.call('XADD', done, '*', 'job_id', ARGV[i], 'result', stored)
+    redis.call('EXPIRE', done, ttl)
+  else
+    n = n + 1
+    fresh[n] = ARGV[i + 2]
+  end
+end
 local queued = redis.call('XLEN', KEYS[1])
-if queued + #ARGV - 1 > tonumber(ARGV[1]) then return -1 - queued end
-for i = 2, #ARGV do redis.call('XADD', KEYS[1], '*', 'job', ARGV[i]) end
-return queued + #ARGV - 1
+if queued + n > tonumber(ARGV[1]) then return -1 - queued end
+for i = 1, n do redis.call('XADD', KEYS[1], '*', 'job', fresh[i]) end
+return queued + n
 """
-"""Add every job (ARGV[2:]) or none: returns the new length, or -1 - length if full."""
+"""Queue a chunk of jobs (ARGV[5:]: job_id, batch_id, JSON) all or none, within the bound
+(ARGV[1]); a job whose result is stored already is not queued: its result is announced
+to its batch. Returns the new length, or -1 - length if full."""
 
 _STORE = """
 local first = 1
@@ -72,6 +91,17 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 return first
 """
 """Store the result unless one is stored; announce the stored one to the batch."""
+
+_COMPLETE = (
+    _STORE.replace("return first", "")
+    + """
+redis.call('XACK', KEYS[3], ARGV[4], ARGV[5])
+redis.call('XDEL', KEYS[3], ARGV[5])
+return first
+"""
+)
+""":data:`_STORE`, then ``XACK`` + ``XDEL`` of the job's entry: one atomic step (a
+script, not ``MULTI``: if Redis lost its script cache, nothing runs, never the ack alone)."""
 
 
 def redact(url: str) -> str:
@@ -131,6 +161,7 @@ class RedisStreamsBroker:
             ) from error
         self._submit = self.redis.register_script(_SUBMIT)
         self._store = self.redis.register_script(_STORE)
+        self._complete = self.redis.register_script(_COMPLETE)
         self._group_ready = False
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
@@ -184,16 +215,19 @@ class RedisStreamsBroker:
         bound = self.settings.max_queue_length
         chunk = max(1, min(SUBMIT_CHUNK, bound)) if wait else max(1, len(jobs))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ttl_s = max(1, math.ceil(self.settings.result_ttl_s))
+        head = [bound, self.keys.result(""), self.keys.done(""), ttl_s]
         for start in range(0, len(jobs), chunk):
-            payload = [job.to_json() for job in jobs[start : start + chunk]]
+            part = jobs[start : start + chunk]
+            payload = [f for job in part for f in (job.job_id, job.batch_id, job.to_json())]
             while True:
                 with self._errors("queue jobs"):
-                    length = int(await self._submit(keys=[self.keys.jobs], args=[bound, *payload]))
+                    length = int(await self._submit(keys=[self.keys.jobs], args=[*head, *payload]))
                 if length >= 0:
                     break
                 expired = deadline is not None and time.monotonic() >= deadline
-                if not wait or expired or len(payload) > bound:
-                    raise queue_full(len(payload), -1 - length, self.settings)
+                if not wait or expired or len(part) > bound:
+                    raise queue_full(len(part), -1 - length, self.settings)
                 await asyncio.sleep(self.settings.retry_after_s)
 
     async def consume(self, consumer: str, count: int, block_s: float) -> list[Delivery]:
@@ -204,7 +238,7 @@ class RedisStreamsBroker:
             if reclaimed:
                 return reclaimed
             self._next_claim = time.monotonic() + self.settings.visibility_timeout_s / 4
-        block_ms = max(1, int(min(block_s, self.block_s) * 1000))
+        block_ms = max(1, int(min(block_s, self.block_s) * 1000)) if block_s > 0 else None
         with self._errors("read jobs"):
             reply = await self.redis.xreadgroup(
                 GROUP, consumer, {self.keys.jobs: ">"}, count=count, block=block_ms
@@ -214,6 +248,23 @@ class RedisStreamsBroker:
             for _stream, entries in reply or []
             for entry_id, fields in entries
         ]
+
+    async def _mark_done(self, taken: list[Delivery]) -> list[Delivery]:
+        """Set ``already_done`` on deliveries whose job has a stored result (one trip).
+
+        Only reclaimed jobs need it: a job whose result is stored is never queued again
+        (see the submit script), and storing and acking are one transaction.
+        """
+        jobs = [d for d in taken if d.job is not None]
+        if not jobs:
+            return taken
+        with self._errors("look up results"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for delivery in jobs:
+                    pipe.exists(self.keys.result(delivery.job.job_id))  # type: ignore[union-attr]
+                done = await pipe.execute()
+        marked = {d.entry_id for d, hit in zip(jobs, done, strict=True) if hit}
+        return [replace(d, already_done=True) if d.entry_id in marked else d for d in taken]
 
     async def _reclaim(self, consumer: str) -> list[Delivery]:
         """One stalled job at most.
@@ -238,7 +289,7 @@ class RedisStreamsBroker:
             deliveries = int(info[0]["times_delivered"]) if info else 1
             log.warning("reclaimed job entry=%s deliveries=%d", entry_id, deliveries)
             taken.append(_delivery(entry_id, fields, deliveries))
-        return taken
+        return await self._mark_done(taken)
 
     async def heartbeat(self, consumer: str, deliveries: Sequence[Delivery]) -> None:
         """Reset the idle time of ``consumer``'s own jobs and refresh its liveness key."""
@@ -284,13 +335,24 @@ class RedisStreamsBroker:
             raw = await self.redis.get(self.keys.result(job_id))
         return None if raw is None else ResultMessage.from_json(raw)
 
-    async def store_result(self, result: ResultMessage) -> bool:
-        """Store ``result`` unless its job has one; announce the stored one."""
+    def _store_args(self, result: ResultMessage) -> dict[str, Any]:
         keys = [self.keys.result(result.job_id), self.keys.done(result.batch_id)]
         ttl_s = max(1, math.ceil(self.settings.result_ttl_s))
+        return {"keys": keys, "args": [result.to_json(), ttl_s, result.job_id]}
+
+    async def store_result(self, result: ResultMessage) -> bool:
+        """Store ``result`` unless its job has one; announce the stored one."""
         with self._errors("store a result"):
-            first = await self._store(keys=keys, args=[result.to_json(), ttl_s, result.job_id])
+            first = await self._store(**self._store_args(result))
         return bool(first)
+
+    async def complete(self, delivery: Delivery, result: ResultMessage) -> bool:
+        """Store ``result`` then ``XACK`` + ``XDEL`` the job: one script, one round trip."""
+        store = self._store_args(result)
+        keys = [*store["keys"], self.keys.jobs]
+        args = [*store["args"], GROUP, delivery.entry_id]
+        with self._errors("store a result and acknowledge its job"):
+            return bool(await self._complete(keys=keys, args=args))
 
     async def ack(self, delivery: Delivery) -> None:
         """Acknowledge and delete a finished job (call after its result is stored)."""
