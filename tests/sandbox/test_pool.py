@@ -201,13 +201,6 @@ async def test_the_assert_judge_on_the_pool(pool, completion, verdict) -> None:
     assert judgement.verdict is verdict, judgement
 
 
-def staged_cgroups() -> set[str]:
-    """Names of the cgroups of staged runs of this process, across every controller."""
-    host = detect_cgroups()
-    pattern = f"execgym-staged-{os.getpid()}-*"
-    return {p.name for parent in host.parents.values() for p in parent.glob(pattern)}
-
-
 async def test_staged_runs_get_their_own_limits_and_are_reclaimed_on_close(bwrap_sandbox) -> None:
     # Each run's init is staged ahead in a cgroup made with the default limits; the run's
     # own limits are applied when it takes the slot, lower or higher than the default.
@@ -219,11 +212,14 @@ async def test_staged_runs_get_their_own_limits_and_are_reclaimed_on_close(bwrap
             large = await box.run_python(hog % (700 * MiB), limits=Limits(memory_bytes=1024 * MiB))
             assert small.status is Status.MEMORY_LIMIT, small
             assert (large.status, large.stdout) == (Status.OK, b"kept\n"), large
+        staged = {cgroup_dir for _, cgroup in box._staged for cgroup_dir in cgroup.dirs.values()}
         if require_cgroup:
-            assert 0 < len(staged_cgroups()) <= max(2, os.cpu_count() or 1)
+            assert 0 < len(box._staged) <= max(2, os.cpu_count() or 1)
+            assert staged
+            assert all(path.exists() for path in staged)
             assert large.enforcement["memory_bytes"].startswith("cgroup")
         assert run_cgroups() == []
-    assert staged_cgroups() == set()
+    assert not any(path.exists() for path in staged)
 
 
 PROBE_WRITES = b"""import errno, os, sys
