@@ -1,0 +1,41 @@
+"""LeetCodeDataset v0.3.1, test split: 228 LeetCode problems with about 100 asserts each.
+
+Source: Xia et al. 2025, "LeetCodeDataset: A Temporal Dataset for Robust Evaluation and
+Efficient Training of Code LLMs", https://github.com/newfacade/LeetCodeDataset, MIT
+(``execgym/data/leetcodedataset/``: SOURCE.md, LICENSE; the problem texts are
+LeetCode's: research and evaluation use only).
+
+Each record becomes an ``assert`` task judged as upstream does: ``prompt`` (the import
+preamble with ``ListNode``/``TreeNode`` helpers) + the solution (a ``class Solution``) +
+``test`` + ``check(<entry_point>)``. Upstream's entry point is an expression,
+``Solution().method``; it is bound to a name after the tests, and that name is passed to
+``check``.
+"""
+
+from __future__ import annotations
+
+from execgym.tasks.datasets._files import Loaded, data_path, read_records
+from execgym.tasks.models import Task
+
+ENTRY_NAME = "execgym_entry_point"
+"""The name the entry-point expression is bound to."""
+
+
+def load_leetcodedataset() -> Loaded:
+    """LeetCodeDataset v0.3.1 test split (228 tasks, ids are problem slugs).
+
+    Raises:
+        TaskNotFound: if the data file is missing.
+    """
+    tasks = {}
+    for record in read_records(
+        data_path("leetcodedataset", "LeetCodeDataset-v0.3.1-test.jsonl.gz")
+    ):
+        tasks[record["task_id"]] = Task(
+            task_id=record["task_id"],
+            prompt=record["prompt"],
+            tests=f"{record['test']}\n\n{ENTRY_NAME} = {record['entry_point']}\n",
+            entry_point=ENTRY_NAME,
+            reference=record["completion"],
+        )
+    return Loaded(tasks)
