@@ -32,7 +32,12 @@ from execgym.tasks.datasets._files import (
     read_records,
     with_python_libraries,
 )
-from execgym.tasks.models import Task
+from execgym.tasks.models import Task, TaskLimits
+
+PLUS_LIMITS = TaskLimits(wall_time_s=60, cpu_time_s=60)
+"""Limits for every HumanEval+ and MBPP+ task: its tests run all (up to ~1,000) inputs
+in one process, and some references need 5-10 CPU seconds for them (EvalPlus allows
+each input max(1 s, 4 x the reference's time) instead)."""
 
 _MBPP_CHECK = (
     "\n\ndef check(candidate):\n"
@@ -65,6 +70,7 @@ def load_humanevalplus() -> Loaded:
             tests=with_python_libraries(record["test"]),
             entry_point=record["entry_point"],
             reference=record["canonical_solution"],
+            limits=PLUS_LIMITS,
         )
     return _needs_numpy(tasks)
 
@@ -97,5 +103,6 @@ def load_mbppplus() -> Loaded:
             tests=with_python_libraries(imports + record["test"] + _MBPP_CHECK),
             entry_point=_entry_point(record["code"], record["test_list"]),
             reference=record["code"],
+            limits=PLUS_LIMITS,
         )
     return _needs_numpy(tasks)
