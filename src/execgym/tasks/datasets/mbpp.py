@@ -19,10 +19,22 @@ from execgym.tasks.datasets.evalplus import _entry_point, mbpp_prompt
 from execgym.tasks.models import Task
 
 
-def mbpp_tests(setup: str, asserts: list[str]) -> str:
-    """``check(candidate)`` running the asserts (which name the function themselves)."""
+CANDIDATE = "execgym_candidate"
+"""The name the solution's function is bound to before ``check`` is defined."""
+
+
+def mbpp_tests(setup: str, asserts: list[str], entry_point: str) -> str:
+    """``check(candidate)`` running the asserts, which name the function themselves.
+
+    The function is bound to :data:`CANDIDATE` before ``check`` is defined and passed
+    back in, so a solution whose function is itself called ``check`` (tasks 56, 349,
+    899) is still the one tested, not the test function that replaces it.
+    """
     body = "".join(f"    {line.strip()}\n" for line in asserts)
-    return f"{setup.strip()}\n\ndef check(candidate):\n{body}"
+    return (
+        f"{setup.strip()}\n\n{CANDIDATE} = {entry_point}\n\n"
+        f"def check(candidate):\n    {entry_point} = candidate\n{body}"
+    )
 
 
 def load_mbpp() -> Loaded:
@@ -35,11 +47,12 @@ def load_mbpp() -> Loaded:
     for record in read_records(data_path("mbpp", "mbpp.jsonl.gz")):
         task_id = str(record["task_id"])
         code = record["code"].replace("\r\n", "\n")
+        entry_point = _entry_point(code, record["test_list"])
         tasks[task_id] = Task(
             task_id=task_id,
             prompt=mbpp_prompt(record["text"], record["test_list"][0]),
-            tests=mbpp_tests(record["test_setup_code"], record["test_list"]),
-            entry_point=_entry_point(code, record["test_list"]),
+            tests=mbpp_tests(record["test_setup_code"], record["test_list"], entry_point),
+            entry_point=CANDIDATE,
             reference=code,
         )
     return Loaded(tasks)
