@@ -18,7 +18,6 @@ from execgym.tasks.datasets._files import Loaded, data_path, read_records
 from execgym.tasks.datasets.evalplus import _entry_point, mbpp_prompt
 from execgym.tasks.models import Task
 
-
 CANDIDATE = "execgym_candidate"
 """The name the solution's function is bound to before ``check`` is defined."""
 
