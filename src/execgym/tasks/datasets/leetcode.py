@@ -1,0 +1,60 @@
+"""LeetCodeDataset v0.3.1, test split: 228 LeetCode problems with about 100 asserts each.
+
+Source: Xia et al. 2025, "LeetCodeDataset: A Temporal Dataset for Robust Evaluation and
+Efficient Training of Code LLMs", https://github.com/newfacade/LeetCodeDataset, MIT
+(``execgym/data/leetcodedataset/``: SOURCE.md, LICENSE; the problem texts are
+LeetCode's: research and evaluation use only).
+
+Each record becomes an ``assert`` task judged as upstream does: ``prompt`` (the import
+preamble with ``ListNode``/``TreeNode`` helpers) + the solution (a ``class Solution``) +
+``test`` + ``check(<entry_point>)``. Upstream's entry point is an expression,
+``Solution().method``; it is bound to a name after the tests, and that name is passed to
+``check``. Some prompts import ``sortedcontainers`` (a PyPI package): those get the
+host's site-packages on ``sys.path`` first, and are skipped (masked) if it is missing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from execgym.tasks.datasets._files import (
+    Loaded,
+    data_path,
+    imported_modules,
+    missing_modules,
+    read_records,
+    with_python_libraries,
+)
+from execgym.tasks.models import Task
+
+ENTRY_NAME = "execgym_entry_point"
+"""The name the entry-point expression is bound to."""
+
+
+def load_leetcodedataset() -> Loaded:
+    """LeetCodeDataset v0.3.1 test split (228 tasks, ids are problem slugs).
+
+    Raises:
+        TaskNotFound: if the data file is missing.
+    """
+    tasks = {}
+    skipped: dict[str, str] = {}
+    references: dict[str, str] = {}
+    for record in read_records(
+        data_path("leetcodedataset", "LeetCodeDataset-v0.3.1-test.jsonl.gz")
+    ):
+        prompt = record["prompt"]
+        third_party = [m for m in imported_modules(prompt) if m not in sys.stdlib_module_names]
+        if missing_modules(third_party):
+            why = f"its prompt imports {missing_modules(third_party)}: pip install them"
+            skipped[record["task_id"]] = why
+            references[record["task_id"]] = record["completion"]
+            continue
+        tasks[record["task_id"]] = Task(
+            task_id=record["task_id"],
+            prompt=with_python_libraries(prompt) if third_party else prompt,
+            tests=f"{record['test']}\n\n{ENTRY_NAME} = {record['entry_point']}\n",
+            entry_point=ENTRY_NAME,
+            reference=record["completion"],
+        )
+    return Loaded(tasks, skipped, references)
