@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 from importlib import resources
 from importlib.util import find_spec
+from pathlib import Path
 from typing import Any
 
+from execgym.errors import ConfigError
 from execgym.sandbox.base import Status
-from execgym.sandbox.bwrap import interpreter_paths
+from execgym.sandbox.bwrap import WORK_DIR, interpreter_paths
 from execgym.tasks.models import Task
 from execgym.validation._site import stage_packages
 from execgym.validation._source import reference_program
@@ -30,8 +32,12 @@ from execgym.validation.base import CheckResult, Context, Outcome
 NAME = "coverage"
 
 
-def coverage_site(extra: tuple[str, ...] = ()) -> str | None:
+def coverage_site(extra: tuple[str, ...] = (), root: Path | None = None) -> str | None:
     """A site directory holding ``coverage`` (and ``extra`` packages), for the sandbox.
+
+    Args:
+        extra: More installed packages to make importable (e.g. ``("numpy",)``).
+        root: Where site directories are kept (default: the user's cache directory).
 
     Returns:
         Its host path, or ``None`` if coverage.py is not installed.
@@ -41,13 +47,23 @@ def coverage_site(extra: tuple[str, ...] = ()) -> str | None:
     """
     if find_spec("coverage") is None:
         return None
-    return stage_packages(("coverage", *extra))
+    return stage_packages(("coverage", *extra), root)
 
 
 def sandbox_paths(site: str | None) -> list[str]:
-    """Read-only host paths for a validating sandbox: the interpreter, plus ``site``."""
+    """Read-only host paths for a validating sandbox: the interpreter, plus ``site``.
+
+    Raises:
+        ConfigError: if ``site`` lies under ``/tmp`` or ``/work``, where the sandbox
+            mounts its own private tmpfs (the bind would be hidden).
+    """
     paths = interpreter_paths()
     if site is not None:
+        if any(site == top or site.startswith(top + "/") for top in ("/tmp", WORK_DIR)):
+            raise ConfigError(
+                f"site directory {site} is under /tmp or {WORK_DIR}, which the sandbox "
+                "replaces with its own tmpfs; keep it elsewhere (the default is ~/.cache)"
+            )
         paths.append(site)
     return paths
 

@@ -9,16 +9,17 @@ Operators (each a small, plausible bug):
 ``boundary``              ``<``↔``<=``, ``>``↔``>=``
 ``boolean``               ``and``↔``or``; ``not x``→``x``
 ``constant``              integers ±1, ``True``↔``False``, a string emptied (or filled)
-``statement``             one statement replaced by ``pass``
+``statement``             one statement replaced by ``pass`` (not at module level)
 ``return``                ``return x``→``return None``
 ``builtin``               ``min``↔``max``, ``any``↔``all``; ``break``↔``continue``
 ========================  ==============================================================
 
 Only code in the reference's own lines is mutated (not the prompt's helpers or
 docstring). Cheap equivalent-mutant handling, before anything runs: a mutant whose
-normalized AST (``ast.dump`` of the re-parsed source, so formatting and comments do not
-count) equals the original's or an earlier mutant's is dropped, and so is one that does
-not compile. The rest is done after judging, in :mod:`execgym.validation.mutation`.
+normalized AST (``ast.dump`` of the re-parsed source, without no-op ``pass``
+statements, so formatting, comments and where a dropped statement was do not count)
+equals the original's or an earlier mutant's is dropped, and so is one that does not
+compile. The rest is done after judging, in :mod:`execgym.validation.mutation`.
 """
 
 from __future__ import annotations
@@ -173,6 +174,8 @@ def _constant_points(node: ast.Constant, line: int) -> Iterator[_Point]:
 
 
 def _statement_points(node: ast.AST) -> Iterator[_Point]:
+    if isinstance(node, ast.Module):
+        return  # dropping a whole definition or import only makes a NameError
     for field in ("body", "orelse", "finalbody"):
         body = getattr(node, field, None)
         if not isinstance(body, list):
@@ -248,6 +251,17 @@ def _round_robin(points: list[_Point], cap: int) -> list[_Point]:
     return chosen[:cap]
 
 
+def _normalized(tree: ast.AST) -> str:
+    """``ast.dump`` of ``tree`` with no-op ``pass`` statements removed (``tree`` changes)."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and len(body) > 1:
+                kept = [s for s in body if not isinstance(s, ast.Pass)]
+                body[:] = kept or body[:1]
+    return ast.dump(tree)
+
+
 def make_mutants(
     source: str, in_scope: Callable[[int], bool], cap: int
 ) -> tuple[list[Mutant], int]:
@@ -264,7 +278,7 @@ def make_mutants(
         to the original or to an earlier mutant) or as not compiling.
     """
     tree = ast.parse(source)
-    seen = {ast.dump(tree)}
+    seen = {_normalized(copy.deepcopy(tree))}
     work = copy.deepcopy(tree)
     mutants: list[Mutant] = []
     dropped = 0
@@ -275,7 +289,7 @@ def make_mutants(
         finally:
             undo()
         try:
-            normal = ast.dump(ast.parse(text))
+            normal = _normalized(ast.parse(text))
             compile(text, "mutant", "exec", dont_inherit=True)  # compiled, never run here
         except (SyntaxError, ValueError):
             dropped += 1
