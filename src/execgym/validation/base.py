@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import Judgement, Verdict
@@ -108,6 +108,12 @@ SANDBOX_ATTEMPTS = 2
 """A run ending in ``sandbox_error`` is retried once, as in scoring."""
 
 
+class _Judge(Protocol):
+    async def judge(
+        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+    ) -> Judgement: ...
+
+
 class Context:
     """Where checks run code: one sandbox, one judge, a bound on concurrent runs.
 
@@ -118,6 +124,11 @@ class Context:
         workers: Sandbox runs at once across all checks and tasks.
         coverage_site: The directory holding the ``coverage`` package, visible
             read-only inside ``sandbox`` (``None``: the coverage check is skipped).
+        judge: What judges a completion (anything with the judges' ``judge(task,
+            completion, sandbox, limits)`` method); the assert judge by default. The
+            reference, determinism, trivial and mutation checks only go through it, so
+            they apply to any kind of task a judge handles; coverage and the example
+            and equivalence probes call the Python entry point directly.
     """
 
     def __init__(
@@ -128,11 +139,12 @@ class Context:
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
         workers: int = 2,
         coverage_site: str | None = None,
+        judge: _Judge | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.limits = limits
         self.thresholds = thresholds
-        self.judge = AssertJudge()
+        self.judge = judge or AssertJudge()
         self.coverage_site = coverage_site
         self.runs = 0
         self._slots = asyncio.Semaphore(max(1, workers))
