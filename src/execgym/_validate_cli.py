@@ -9,7 +9,7 @@ import click
 
 from execgym.errors import Error, TaskError
 from execgym.limits import Limits
-from execgym.sandbox import WarmPoolSandbox, create_sandbox
+from execgym.sandbox import BubblewrapSandbox, Sandbox, WarmPoolSandbox, create_sandbox
 from execgym.tasks import Task, load_dataset, load_tasks
 from execgym.validation import Context, Thresholds, coverage_site, sandbox_paths, validate_tasks
 from execgym.validation import report as reports
@@ -40,12 +40,16 @@ async def _validate(
     limits: Limits,
     thresholds: Thresholds,
     workers: int,
+    warm_pool: bool,
 ) -> ValidationReport:
     from tqdm import tqdm
 
     site = coverage_site()
-    if isolation == "bwrap":
+    sandbox: Sandbox
+    if isolation == "bwrap" and warm_pool:
         sandbox = WarmPoolSandbox(read_only_paths=sandbox_paths(site))
+    elif isolation == "bwrap":
+        sandbox = BubblewrapSandbox(read_only_paths=sandbox_paths(site))
     else:
         sandbox = create_sandbox(isolation)
     ctx = Context(
@@ -74,6 +78,7 @@ def run(
     limits: Limits,
     thresholds: Thresholds,
     workers: int,
+    warm_pool: bool = True,
 ) -> None:
     """Validate, write the outputs asked for, print the summary and the dropped tasks."""
     try:
@@ -86,6 +91,7 @@ def run(
                 limits=limits,
                 thresholds=thresholds,
                 workers=workers,
+                warm_pool=warm_pool,
             )
         )
         if output:

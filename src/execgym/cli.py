@@ -415,6 +415,13 @@ async def _score_with_progress(
     help="Drop tasks whose reference needs more of the limit.",
 )
 @click.option(
+    "--warm-pool/--no-warm-pool",
+    default=True,
+    show_default=True,
+    help="Fork runs from the warm pool; --no-warm-pool gives each run a fresh sandbox "
+    "(slower; its own hash seed, so set-order flakiness shows too).",
+)
+@click.option(
     "--near-duplicate",
     type=click.FloatRange(0, 1),
     default=0.9,
@@ -435,6 +442,7 @@ def validate(
     max_mutants: int,
     min_line_coverage: float,
     max_reference_time: float,
+    warm_pool: bool,
     near_duplicate: float,
 ) -> None:
     """Find broken and weak tasks in TASKS (or a built-in data set) before training.
@@ -466,6 +474,7 @@ def validate(
         limits=limits,
         thresholds=thresholds,
         workers=workers or os.cpu_count() or 1,
+        warm_pool=warm_pool,
     )
 
 

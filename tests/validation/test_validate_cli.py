@@ -62,3 +62,25 @@ def test_validate_needs_tasks_or_dataset() -> None:
     result = CliRunner().invoke(main, ["validate"])
     assert result.exit_code == 2
     assert "give either a TASKS file or --dataset" in result.output
+
+
+def test_fresh_sandboxes_catch_set_order_flakiness(tmp_path: Path) -> None:
+    require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    task = planted.GOOD.model_copy(
+        update={
+            "task_id": "bad/set-order",
+            "tests": planted.GOOD.tests.replace(
+                "def check(candidate):\n",
+                "def check(candidate):\n    print(list({str(i) * 3 for i in range(12)}))\n",
+            ),
+        }
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(task.model_dump_json(exclude_none=True) + "\n")
+    report = tmp_path / "r.json"
+    args = ["validate", str(tasks), "--json", str(report), "--no-warm-pool", "--runs", "4"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    (found,) = json.loads(report.read_text())["tasks"]
+    assert found["checks"]["determinism"]["outcome"] == "fail"
+    assert "stdout" in found["checks"]["determinism"]["reason"]

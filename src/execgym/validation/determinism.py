@@ -1,8 +1,10 @@
 """Determinism check: repeated runs of the reference give the same verdict and output.
 
 Each run is a fresh sandbox (or a fresh fork of the warm pool, whose ``random`` module
-is reseeded per fork), so a test that depends on randomness, the clock or the order of
-a ``set`` of strings (hash seed) shows up as differing runs.
+is reseeded per fork), so a test that depends on randomness or the clock shows up as
+differing runs. The order of a ``set`` of strings depends on the hash seed, which fresh
+sandboxes draw per run but warm-pool forks share with their zygote: validate with
+``--no-warm-pool`` to catch that kind too.
 """
 
 from __future__ import annotations
