@@ -91,7 +91,7 @@ def test_examples_in_several_forms() -> None:
         prompt=(
             "def g(a):\n"
             '    """\n    >>> g(1)\n    2\n    g(3) ➞ 4\n    g([1, 2]) == [2, 3]\n'
-            '    other(1) -> 5\n    >>> g(2)\n    >>> g(9)\n    10\n    """\n'
+            '    other(1) -> 5\n    g(a) => False\n    >>> g(2)\n    >>> g(9)\n    10\n    """\n'
         ),
         tests="def check(c):\n    pass\n",
         entry_point="g",

@@ -5,8 +5,9 @@ with the reference.
 
 Examples are read from the prompt in the forms HumanEval and MBPP use: doctest
 (``>>> f(1)`` then the expected value on the next line), and one-line ``f(1) ➞ 2``,
-``f(1) == 2``, ``f(1) => 2`` or ``f(1) -> 2``. Only calls of the entry point whose
-expected value is a Python literal are checked (others are counted as unchecked). The
+``f(1) == 2``, ``f(1) => 2`` or ``f(1) -> 2``. Only calls of the entry point with literal
+arguments whose expected value is a Python literal are checked (placeholders such as
+``f(a) => False`` are skipped; other values are counted as unchecked). The
 reference is called on them inside the sandbox; values are compared with ``==``, floats
 to 1e-6.
 """
@@ -45,7 +46,12 @@ def _to_candidate(expression: str, entry_point: str) -> str | None:
         tree = ast.parse(call, mode="eval")
     except SyntaxError:
         return None
-    return call if isinstance(tree.body, ast.Call) else None
+    if not isinstance(tree.body, ast.Call):
+        return None
+    arguments = [*tree.body.args, *(k.value for k in tree.body.keywords)]
+    if any(isinstance(n, ast.Name) for a in arguments for n in ast.walk(a)):
+        return None  # a placeholder such as `is_happy(a) => False`: not a runnable example
+    return call
 
 
 def examples(task: Task) -> list[Example]:
