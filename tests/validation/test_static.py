@@ -121,3 +121,14 @@ def test_schema_failures_name_the_problem() -> None:
 def test_thresholds_are_checked(bad: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         Thresholds(**bad)
+
+
+def test_survivor_classes_ignore_calls_that_timed_out() -> None:
+    from execgym.validation.mutation import _compare
+
+    late = "!raise CallTimeout"
+    assert _compare(["1", "2"], ["1", "2"]) == "same_on_known_inputs"
+    assert _compare(["1", "2"], ["1", "3"]) == "differs_on_known_inputs"
+    assert _compare(["1", "2"], ["1", late]) == "same_on_known_inputs"
+    assert _compare([late], ["5"]) == "unknown"
+    assert _compare(["1"], None) == "unknown"

@@ -16,7 +16,9 @@ handled cheaply, in two steps:
    the prompt. A survivor whose results equal the reference's on all of them is marked
    ``same_on_known_inputs``: equivalent, or different only on inputs nobody tests. One
    whose results differ is ``differs_on_known_inputs``: the tests call it on an input
-   where it is wrong and do not notice, the clearest sign of weak assertions.
+   where it is wrong and do not notice, the clearest sign of weak assertions. Calls
+   that run out of their second on either side are left out of the comparison (a
+   slower mutant is not a different one); with none left, the class is ``unknown``.
 
 The score is ``killed / judged`` over all judged mutants, so a possibly-equivalent
 survivor still lowers it (no test suite can be blamed for a truly equivalent mutant,
@@ -106,9 +108,23 @@ async def _classify(
     if outcome is None or outcome[0] is None:
         return {}
     return {
-        m.mutant_id: "same_on_known_inputs" if result == outcome[0] else "differs_on_known_inputs"
+        m.mutant_id: _compare(outcome[0], result)
         for m, result in zip(survivors, outcome[1:], strict=True)
     }
+
+
+_TIMED_OUT = "!raise CallTimeout"
+
+
+def _compare(original: list[str], mutant: list[str] | None) -> str:
+    """Classify a survivor; calls that ran out of time on either side do not count."""
+    if mutant is None:
+        return "unknown"
+    pairs = [(a, b) for a, b in zip(original, mutant, strict=True) if _TIMED_OUT not in (a, b)]
+    if not pairs:
+        return "unknown"
+    same = all(a == b for a, b in pairs)
+    return "same_on_known_inputs" if same else "differs_on_known_inputs"
 
 
 def _describe(mutant: Mutant, kind: str) -> dict[str, Any]:
