@@ -101,6 +101,24 @@ def _compare(report, plus_result: dict[str, dict], threshold: float) -> dict:
     }
 
 
+def _threshold_table(report, plus_result: dict[str, dict]) -> list[str]:
+    """Precision and recall of "score < t" against "HE+ kills a survivor", per t."""
+    measurable = {k for k, v in plus_result.items() if v["reference_passes_plus"]}
+    confirmed = {k for k in measurable if plus_result[k].get("killed_by_plus", 0) > 0}
+    scores = {t.task_id: t.mutation_score for t in report.tasks}
+    lines = [f"{len(measurable)} tasks measurable, HE+ kills a survivor in {len(confirmed)}"]
+    for threshold in (0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
+        flagged = {k for k in measurable if (scores.get(k) or 1.0) < threshold}
+        both = len(flagged & confirmed)
+        precision = both / len(flagged) if flagged else float("nan")
+        recall = both / len(confirmed) if confirmed else float("nan")
+        lines.append(
+            f"score < {threshold:.2f}: {len(flagged):3d} flagged, {both:3d} confirmed by HE+, "
+            f"precision {precision:.2f}, recall {recall:.2f}"
+        )
+    return lines
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -153,6 +171,7 @@ async def main() -> None:
         comparison = _compare(report, plus_result, thresholds.min_mutation_score)
         print(f"HumanEval+ re-judging of survivors: {time.perf_counter() - plus_started:.1f} s")
         print(json.dumps(comparison, indent=1))
+        print("\n".join(_threshold_table(report, plus_result)))
         (out / "humanevalplus.json").write_text(
             json.dumps({"comparison": comparison, "per_task": plus_result}, indent=1)
         )
