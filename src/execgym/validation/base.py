@@ -147,7 +147,8 @@ class Context:
         self.judge = judge or AssertJudge()
         self.coverage_site = coverage_site
         self.runs = 0
-        self._slots = asyncio.Semaphore(max(1, workers))
+        self.workers = max(1, workers)
+        self._slots = asyncio.Semaphore(self.workers)
 
     async def judge_completion(self, task: Task, completion: str, limits: Limits) -> Judgement:
         """Judge ``completion`` on ``task`` in the sandbox; a sandbox error is retried once."""

@@ -37,6 +37,9 @@ CHECKS = (
 )
 """Every check, in the order the report lists them."""
 
+TASKS_PER_WORKER = 4
+"""Tasks validated at once per sandbox worker."""
+
 
 @dataclass(frozen=True, slots=True)
 class TaskReport:
@@ -160,8 +163,13 @@ async def validate_tasks(
     started = time.monotonic()
     dupes = duplicates.check_all(tasks, ctx.thresholds.near_duplicate_similarity)
 
+    # Tasks in flight are bounded, so a large set never holds every task's mutants (and
+    # their programs) in memory at once; a few per worker keep the sandboxes busy.
+    in_flight = asyncio.Semaphore(TASKS_PER_WORKER * ctx.workers)
+
     async def one(task: Task) -> list[CheckResult]:
-        found = await _guarded(task, ctx)
+        async with in_flight:
+            found = await _guarded(task, ctx)
         if on_task is not None:
             on_task(task.task_id)
         return found
