@@ -9,6 +9,7 @@ outputs baked in), and a task whose survivors HumanEval+ kills is one whose Huma
 tests are *measurably* too weak. Our flagged set is compared with that set.
 
     .venv/bin/python benchmarks/validate_humaneval.py [--workers N] [--out DIR] [--tasks N]
+        [--no-plus]
 
 HumanEval+'s tests import numpy; numpy is made visible to the sandbox the same way as
 coverage.py (a copy in its own read-only site directory, see
@@ -125,6 +126,7 @@ async def main() -> None:
     parser.add_argument("--out", default="validate-humaneval")
     parser.add_argument("--tasks", type=int, default=None, help="only the first N tasks")
     parser.add_argument("--max-mutants", type=int, default=40)
+    parser.add_argument("--no-plus", action="store_true", help="skip the HumanEval+ stage")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -166,6 +168,8 @@ async def main() -> None:
         for task in report.tasks:
             if not task.kept:
                 print(f"  {task.task_id}: {'; '.join(task.reasons)}")
+        if args.no_plus:
+            return
         plus_started = time.perf_counter()
         plus_result = await _plus_kills(ctx, tasks, report, _plus_tests(site))
         comparison = _compare(report, plus_result, thresholds.min_mutation_score)
