@@ -16,6 +16,9 @@ from execgym.validation.base import Context
 CALL_TIME_S = 1.0
 """Seconds each call may take inside the probe before it counts as raising."""
 
+MAX_PROBE_S = 60.0
+"""Wall-clock cap on one probe run (a call that swallows its timeout cannot hold it)."""
+
 
 def _runner() -> bytes:
     return resources.files("execgym.validation").joinpath("_probe_runner.py").read_bytes()
@@ -36,11 +39,8 @@ async def probe(
         "calls": calls,
         "call_time_s": CALL_TIME_S,
     }
-    budget = Limits(
-        wall_time_s=max(limits.wall_time_s, CALL_TIME_S * len(calls) * len(programs) + 2),
-        cpu_time_s=max(limits.cpu_time_s, CALL_TIME_S * len(calls) * len(programs) + 2),
-        memory_bytes=limits.memory_bytes,
-    )
+    seconds = min(MAX_PROBE_S, max(limits.wall_time_s, CALL_TIME_S * len(calls) * len(programs)))
+    budget = Limits(wall_time_s=seconds, cpu_time_s=seconds, memory_bytes=limits.memory_bytes)
     run = await ctx.run_python(_runner(), json.dumps(job).encode("utf-8"), budget)
     if run.status is not Status.OK or run.exit_code != 0:
         return None
