@@ -31,6 +31,10 @@ from execgym.validation.base import CheckResult, Context, Outcome
 
 NAME = "coverage"
 
+TRACING_SLOWDOWN = 3.0
+"""The run under coverage.py gets this many times the task's time limits (tracing every
+line and branch slows a program down, several times for tight loops)."""
+
 
 def coverage_site(extra: tuple[str, ...] = (), root: Path | None = None) -> str | None:
     """A site directory holding ``coverage`` (and ``extra`` packages), for the sandbox.
@@ -103,7 +107,12 @@ async def check(task: Task, ctx: Context) -> CheckResult:
     program = reference_program(task)
     source = f"{program.source}\n\n{task.tests}\n\ncheck({task.entry_point})\n"
     job = json.dumps({"site": ctx.coverage_site, "source": source}).encode("utf-8")
-    run = await ctx.run_python(_runner(), job, task.limits_over(ctx.limits))
+    limits = task.limits_over(ctx.limits)
+    slow = TRACING_SLOWDOWN
+    limits = limits.merged(
+        wall_time_s=limits.wall_time_s * slow, cpu_time_s=limits.cpu_time_s * slow
+    )
+    run = await ctx.run_python(_runner(), job, limits)
     lines = run.stdout.decode("utf-8", "replace").strip().splitlines()
     if run.status is not Status.OK or run.exit_code != 0 or not lines:
         why = run.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [run.status.value]
