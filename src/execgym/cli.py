@@ -580,5 +580,138 @@ def serve(
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 
+@main.command()
+@click.argument(
+    "tasks_path", metavar="[TASKS]", required=False, type=click.Path(exists=True, dir_okay=False)
+)
+@click.option(
+    "--dataset", type=click.Choice(DATASETS), help="A built-in data set instead of TASKS."
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write the tasks that pass as JSONL."
+)
+@click.option("--report", "html", type=click.Path(dir_okay=False), help="Write the HTML report.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON report.")
+@click.option(
+    "--isolation",
+    type=click.Choice(ISOLATIONS),
+    default="bwrap",
+    show_default=True,
+    help="Sandbox backend ('none' runs task code UNISOLATED: development only).",
+)
+@click.option(
+    "--timeout",
+    "wall_time_s",
+    type=float,
+    default=DEFAULT_LIMITS.wall_time_s,
+    show_default=True,
+    callback=_positive_seconds,
+    help="Wall-clock seconds per run.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sandbox runs at once [default: CPU count].",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=2),
+    default=3,
+    show_default=True,
+    help="Runs of the reference for the determinism check.",
+)
+@click.option(
+    "--min-mutation-score",
+    type=click.FloatRange(0, 1),
+    default=0.75,
+    show_default=True,
+    help="Drop tasks whose tests kill fewer mutants.",
+)
+@click.option(
+    "--max-mutants",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="Mutants judged per task at most.",
+)
+@click.option(
+    "--min-line-coverage",
+    type=click.FloatRange(0, 1),
+    default=1.0,
+    show_default=True,
+    help="Drop tasks whose tests run less of the reference.",
+)
+@click.option(
+    "--max-reference-time",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Drop tasks whose reference needs more of the limit.",
+)
+@click.option(
+    "--warm-pool/--no-warm-pool",
+    default=True,
+    show_default=True,
+    help="Fork runs from the warm pool; --no-warm-pool gives each run a fresh sandbox "
+    "(slower; its own hash seed, so set-order flakiness shows too).",
+)
+@click.option(
+    "--near-duplicate",
+    type=click.FloatRange(0, 1),
+    default=0.9,
+    show_default=True,
+    help="Similarity from which two tasks are near-duplicates.",
+)
+def validate(
+    tasks_path: str | None,
+    dataset: str | None,
+    output: str | None,
+    html: str | None,
+    json_path: str | None,
+    isolation: str,
+    wall_time_s: float,
+    workers: int | None,
+    runs: int,
+    min_mutation_score: float,
+    max_mutants: int,
+    min_line_coverage: float,
+    max_reference_time: float,
+    warm_pool: bool,
+    near_duplicate: float,
+) -> None:
+    """Find broken and weak tasks in TASKS (or a built-in data set) before training.
+
+    \b
+    Examples:
+      execgym validate --dataset humaneval --report report.html --json report.json
+      execgym validate tasks.jsonl -o clean.jsonl --min-mutation-score 0.8
+    """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
+    from execgym._validate_cli import run
+    from execgym.validation import Thresholds
+
+    thresholds = Thresholds(
+        runs=runs,
+        min_mutation_score=min_mutation_score,
+        max_mutants=max_mutants,
+        min_line_coverage=min_line_coverage,
+        max_reference_time_fraction=max_reference_time,
+        near_duplicate_similarity=near_duplicate,
+    )
+    limits = Limits(wall_time_s=wall_time_s, cpu_time_s=wall_time_s)
+    run(
+        tasks_path,
+        dataset,
+        output=output,
+        html=html,
+        json_path=json_path,
+        isolation=isolation,
+        limits=limits,
+        thresholds=thresholds,
+        workers=workers or os.cpu_count() or 1,
+        warm_pool=warm_pool,
+    )
+
+
 if __name__ == "__main__":
     main()
