@@ -6,7 +6,9 @@ the same number of sandboxes at once:
 - **embedded**: the trainer's client, a :class:`~execgym.broker.MemoryBroker` and one
   :class:`~execgym.worker.Worker` in one process, as ``execgym score`` runs by default;
 - **redis**: the same client submitting to a redis-server started here (AOF on,
-  ``appendfsync everysec``), consumed by one ``execgym worker`` process, as deployed.
+  ``appendfsync everysec``), consumed by one ``execgym worker`` process, as deployed;
+- **redis, worker in-process**: the same Redis, with the worker in this process as in
+  the embedded way, which separates the broker's cost from that of a second process.
 
 The batch is HumanEval's 164 canonical solutions judged in real sandboxes (bwrap, warm
 pool). The per-job broker overhead is measured apart, with jobs whose sandbox runs
@@ -66,12 +68,22 @@ async def _with_worker(broker: Broker, sandbox: Sandbox, sandboxes: int, jobs: l
         await running
 
 
-def embedded_round(tasks: dict[str, Task], sandboxes: int) -> float:
+def in_process_round(tasks: dict[str, Task], sandboxes: int, url: str | None = None) -> float:
+    """The client and one worker in this process, over the embedded broker or Redis."""
+
     async def run() -> float:
         async with WarmPoolSandbox() as pool:
             await Scorer({}, pool).self_test()  # the zygote starts before the clock
             jobs, _ = make_jobs(tasks, canonical_rollouts(tasks))
-            return await _with_worker(MemoryBroker(SETTINGS), pool, sandboxes, jobs)
+            broker: Broker = (
+                MemoryBroker(SETTINGS)
+                if url is None
+                else RedisStreamsBroker(url, SETTINGS, prefix="in-process", block_s=0.2)
+            )
+            try:
+                return await _with_worker(broker, pool, sandboxes, jobs)
+            finally:
+                await broker.aclose()
 
     return len(tasks) / asyncio.run(run())
 
@@ -161,10 +173,11 @@ def main() -> None:
         )  # fmt: skip
         try:
             asyncio.run(_wait_for_worker(server.url))
-            rates: dict[str, list[float]] = {"embedded": [], "redis": []}
+            rates: dict[str, list[float]] = {"embedded": [], "redis": [], "redis-here": []}
             for _ in range(args.rounds):
-                rates["embedded"].append(embedded_round(tasks, args.sandboxes))
+                rates["embedded"].append(in_process_round(tasks, args.sandboxes))
                 rates["redis"].append(redis_round(tasks, server.url))
+                rates["redis-here"].append(in_process_round(tasks, args.sandboxes, server.url))
             worker.terminate()
             worker.wait(60)
             assert server.process is not None
@@ -173,14 +186,18 @@ def main() -> None:
             if worker.poll() is None:
                 worker.kill()
             server.kill()
-    embedded, redis = (statistics.median(rates[k]) for k in ("embedded", "redis"))
+    embedded, redis, here = (statistics.median(rates[k]) for k in rates)
     print(
         f"HumanEval canonical, {len(tasks)} rollouts, {args.sandboxes} sandboxes (bwrap, warm "
         f"pool), median of {args.rounds} alternating rounds, {os.cpu_count()} CPUs:"
     )
-    print(f"  embedded  {embedded:7.1f} rollouts/s   {_spread(rates['embedded'])}")
-    print(f"  redis     {redis:7.1f} rollouts/s   {_spread(rates['redis'])}")
-    print(f"  redis / embedded: {redis / embedded:.2f}x (target >= 0.90x)")
+    print(f"  embedded                  {embedded:6.1f} rollouts/s {_spread(rates['embedded'])}")
+    print(f"  redis, an execgym worker  {redis:6.1f} rollouts/s {_spread(rates['redis'])}")
+    print(f"  redis, worker in-process  {here:6.1f} rollouts/s {_spread(rates['redis-here'])}")
+    print(
+        f"  redis / embedded: {redis / embedded:.2f}x with a worker process, "
+        f"{here / embedded:.2f}x with the worker in-process (target >= 0.90x)"
+    )
     direct_wall, direct_cpu = overhead["direct"]
     print(
         f"per-job broker overhead, {args.trivial} jobs whose sandbox runs nothing, over the "
