@@ -27,7 +27,7 @@ from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
 from execgym.reward.coverage import measure_coverage
 from execgym.reward.evaluate import check_tools
-from execgym.sandbox.base import Sandbox
+from execgym.sandbox.base import Sandbox, Status
 from execgym.tasks.extract import extract_code
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Rollout, Task
@@ -210,8 +210,12 @@ class Scorer:
         )
         judgement = await self.judge.judge(task, "    return 1\n", self.sandbox, self.limits)
         if judgement.verdict is not Verdict.PASSED:
-            too_small = judgement.verdict in (Verdict.TIMEOUT, Verdict.MEMORY_EXCEEDED) or (
-                judgement.error is not None and judgement.error.type == "MemoryError"
+            run = judgement.run
+            too_small = (
+                judgement.verdict in (Verdict.TIMEOUT, Verdict.MEMORY_EXCEEDED)
+                or (judgement.error is not None and judgement.error.type == "MemoryError")
+                or (run is not None and run.status in (Status.TIME_LIMIT, Status.MEMORY_LIMIT))
+                or (run is not None and b"MemoryError" in run.stderr)
             )
             hint = (
                 f"; the limits ({self.limits.wall_time_s:g} s, "
