@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import functools
 import json
 import logging
 import math
@@ -140,7 +139,22 @@ def _warn_duplicate_ids(items: list[RolloutLine | LineProblem]) -> None:
         )
 
 
-@click.group()
+class _Group(click.Group):
+    """Ctrl-C at any stage (option parsing, loading, self-test) exits 130 quietly.
+
+    Click's own handling prints "Aborted!" and exits 1; a scoring batch that is running
+    handles Ctrl-C itself (it reports the results written so far).
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(128 + signal.SIGINT)
+
+
+@click.group(cls=_Group)
 @click.version_option(__version__, prog_name="execgym")
 def main() -> None:
     """execgym: score model-written code in isolated sandboxes and return rewards."""
@@ -190,20 +204,6 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     if isolation == "bwrap" and warm_pool:
         return WarmPoolSandbox()
     return create_sandbox(isolation, allow_root=allow_root)
-
-
-def _exit_quietly_on_ctrl_c(command: Callable[..., None]) -> Callable[..., None]:
-    """Ctrl-C at any stage (loading, self-test) exits 130 without a traceback."""
-
-    @functools.wraps(command)
-    def wrapper(*args: object, **kwargs: object) -> None:
-        try:
-            command(*args, **kwargs)
-        except KeyboardInterrupt:
-            click.echo("interrupted before scoring started: nothing was scored", err=True)
-            sys.exit(128 + signal.SIGINT)
-
-    return wrapper
 
 
 @main.command()
@@ -311,7 +311,6 @@ def _exit_quietly_on_ctrl_c(command: Callable[..., None]) -> Callable[..., None]
     is_flag=True,
     help="Compile every rollout's source again (no cache read or written).",
 )
-@_exit_quietly_on_ctrl_c
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
