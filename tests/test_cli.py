@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from execgym.cli import main
 from execgym.tasks import load_dataset
-from tests.conftest import ONE_TASK, processes_with, run_cgroups, write_jsonl
+from tests.conftest import ONE_TASK, processes_with, require, run_cgroups, write_jsonl
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -458,6 +458,30 @@ def test_a_failed_write_is_a_clear_error(bwrap_sandbox, tmp_path: Path) -> None:
     assert "cannot write the results to /dev/full: No space left on device" in stderr
     assert "choose another path with -o" in stderr
     assert "Traceback" not in stderr
+
+
+def test_a_full_disk_keeps_the_complete_lines(bwrap_sandbox, tmp_path: Path) -> None:
+    require(os.geteuid() == 0, "root (to mount a small tmpfs)")
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "r.jsonl", [{"task_id": "t/1", "completion": "    return 1\n"}] * 40
+    )
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)], check=True)
+    try:
+        out = disk / "r.jsonl"
+        code, _, stderr = run("score", str(tasks), str(rollouts), "-o", str(out))
+        text = out.read_text()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert code == 1
+    assert f"cannot write the results to {out}: No space left on device" in stderr
+    lines = text.splitlines()
+    assert 0 < len(lines) < 40
+    assert text.endswith("\n")
+    assert all(json.loads(line)["verdict"] == "passed" for line in lines)
+    assert f"the first {len(lines)} of 40 results were written" in stderr
 
 
 def test_ctrl_c_while_loading_exits_130_quietly(tmp_path: Path) -> None:

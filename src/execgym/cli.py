@@ -503,6 +503,20 @@ def _write_results(
     finally:
         with contextlib.suppress(OSError):  # a failed write's data stays in the buffer
             sink.close()
+        if write_failed:
+            _drop_partial_line(output, written)
+
+
+def _result_line(result: ScoredRollout) -> str:
+    return json.dumps(result.to_json(), ensure_ascii=False) + "\n"
+
+
+def _drop_partial_line(output: str, written: list[ScoredRollout]) -> None:
+    """Cut a results file back to its complete lines after a failed write."""
+    size = sum(len(_result_line(r).encode("utf-8", "backslashreplace")) for r in written)
+    with contextlib.suppress(OSError):
+        if Path(output).is_file() and Path(output).stat().st_size > size:
+            os.truncate(output, size)
 
 
 def _close(sandbox: object) -> None:
@@ -542,7 +556,7 @@ async def _with_progress(
             if write_failed:
                 return
             try:
-                sink.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+                sink.write(_result_line(result))
                 sink.flush()
             except OSError as error:
                 write_failed.append(error)
