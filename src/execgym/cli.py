@@ -1,7 +1,8 @@
 """The ``execgym`` command line: a thin layer over the library API.
 
 Exit codes: 0 success; 1 execgym could not do the job (missing sandbox, unreadable
-file: the message says how to fix it); 2 bad usage.
+file, a failed write: the message says how to fix it); 2 bad usage; 128 + the signal
+when stopped by SIGINT (130), SIGHUP (129) or SIGTERM (143).
 """
 
 from __future__ import annotations
@@ -331,6 +332,8 @@ def score(
     no_compile_cache: bool,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
+
+    With --dataset, the one file given is ROLLOUTS.
 
     \b
     Examples:
