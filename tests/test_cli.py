@@ -484,7 +484,8 @@ def test_a_full_disk_keeps_the_complete_lines(bwrap_sandbox, tmp_path: Path) -> 
     assert f"the first {len(lines)} of 40 results were written" in stderr
 
 
-def test_ctrl_c_while_loading_exits_130_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_loading_exits_quietly(tmp_path: Path, signum: int) -> None:
     rollouts = tmp_path / "big.jsonl"
     line = json.dumps({"task_id": "HumanEval/0", "completion": "    return 1\n"}) + "\n"
     rollouts.write_text(line * 200_000)
@@ -498,9 +499,9 @@ def test_ctrl_c_while_loading_exits_130_quietly(tmp_path: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _has_open(proc.pid, str(rollouts)):
         time.sleep(0.005)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 128 + signum, stderr
     assert "Traceback" not in stderr
     assert "Aborted!" not in stderr
     assert "interrupted" in stderr

@@ -141,18 +141,27 @@ def _warn_duplicate_ids(items: list[RolloutLine | LineProblem]) -> None:
 
 
 class _Group(click.Group):
-    """Ctrl-C at any stage (option parsing, loading, self-test) exits 130 quietly.
+    """Ctrl-C, SIGTERM or SIGHUP at any stage (loading, self-test) exits 128 + signal.
 
-    Click's own handling prints "Aborted!" and exits 1; a scoring batch that is running
-    handles Ctrl-C itself (it reports the results written so far).
+    Quietly, after the sandboxes started so far are stopped: click's own handling prints
+    "Aborted!" and exits 1, and SIGTERM or SIGHUP would kill us at once. A scoring batch
+    that is running handles the signals itself (it reports the results written so far).
     """
 
     def invoke(self, ctx: click.Context) -> object:
+        stopped_by: list[int] = []
+
+        def stop(signum: int, frame: object) -> None:
+            stopped_by.append(signum)
+            raise KeyboardInterrupt  # unwinds like Ctrl-C: the sandboxes' cleanup runs
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, stop)
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
-            sys.exit(128 + signal.SIGINT)
+            sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
 
 
 @click.group(cls=_Group)
