@@ -521,3 +521,17 @@ def _has_open(pid: int, path: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_limits_too_small_for_the_self_test_say_which_to_raise(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.jsonl"
+    code, _, stderr = run(
+        "score", "--dataset", "humaneval", "--solutions", "canonical", "--timeout", "0.001",
+        "-o", str(out),
+    )  # fmt: skip
+    assert code == 1
+    assert "self-test" in stderr
+    assert "raise them (--timeout / --memory on the command line)" in stderr
+    assert not out.exists()
