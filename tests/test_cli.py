@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from execgym.cli import main
 from execgym.tasks import load_dataset
-from tests.conftest import ONE_TASK, processes_with, run_cgroups, write_jsonl
+from tests.conftest import ONE_TASK, processes_with, require, run_cgroups, write_jsonl
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -198,7 +198,7 @@ def test_isolation_none_marks_every_result(tmp_path: Path) -> None:
     assert "isolation: none" in stdout
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupted_run_keeps_finished_results_and_leaves_nothing(
     bwrap_sandbox, tmp_path: Path, signum: int
 ) -> None:
@@ -371,3 +371,167 @@ def test_every_signal_stops_a_fast_batch(bwrap_sandbox, tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         assert run_cgroups(proc.pid) == []
+
+
+def test_dataset_with_one_file_scores_it_as_rollouts_and_warns_of_repeated_ids(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    reference = load_dataset("humaneval")["HumanEval/0"].reference
+    rollouts = write_jsonl(
+        tmp_path / "mine.jsonl",
+        [
+            {"task_id": "HumanEval/0", "completion": reference, "rollout_id": "same"},
+            {"task_id": "HumanEval/0", "completion": "    return None\n", "rollout_id": "same"},
+        ],
+    )
+    out = tmp_path / "r.jsonl"
+    code, stdout, stderr = run("score", "--dataset", "humaneval", str(rollouts), "-o", str(out))
+    assert code == 0, stdout + stderr
+    assert "1 rollout_id(s) appear more than once, e.g. 'same'" in stderr
+    results = read(out)
+    assert sorted((r["index"], r["rollout_id"], r["verdict"]) for r in results) == [
+        (0, "same", "passed"),
+        (1, "same", "failed"),
+    ]
+    assert "2 rollouts, 1 task scored" in stdout
+    code, _, stderr = run(
+        "score", "--dataset", "humaneval", str(rollouts), str(rollouts), "-o", str(out)
+    )
+    assert code == 2
+    assert "either --dataset or a TASKS file" in stderr
+
+
+@pytest.mark.parametrize("which", ["tasks", "rollouts", "rollouts-by-another-name"])
+def test_output_that_is_an_input_file_is_refused(tmp_path: Path, which: str) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(tmp_path / "r.jsonl", [{"task_id": "t/1", "completion": "x"}])
+    before = (tasks.read_text(), rollouts.read_text())
+    output = {
+        "tasks": str(tasks),
+        "rollouts": str(rollouts),
+        "rollouts-by-another-name": str(tmp_path / "sub" / ".." / "r.jsonl"),
+    }[which]
+    (tmp_path / "sub").mkdir()
+    code, _, stderr = run("score", str(tasks), str(rollouts), "-o", output)
+    assert code == 2
+    assert "is the input file" in stderr
+    assert (tasks.read_text(), rollouts.read_text()) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "absent"),
+    [
+        (("--timeout", "1e19"), "'--timeout': 1e+19: give at most 86400 seconds", None),
+        (("--cpu-time", "1e300"), "'--cpu-time'", None),
+        (("--memory", "100KiB"), "too little to start a program", "MiB?"),
+        (("--memory", "100"), "did you mean 100MiB?", None),
+        (("--memory", "8388608TiB"), "more than the most allowed, 2**62 bytes", None),
+        (("--k", "0"), "'--k'", None),
+        (("--k", "1,,2"), "'--k': '1,,2'", None),
+        (("-o", "/proc/version"), "cannot write the results to /proc/version", "Traceback"),
+    ],
+)
+def test_bad_values_name_their_option(
+    args: tuple[str, ...], message: str, absent: str | None
+) -> None:
+    code, stdout, stderr = run("score", "--dataset", "humaneval", "--solutions", "canonical", *args)
+    assert code == (1 if args[0] == "-o" else 2), stdout + stderr
+    assert message in stderr
+    if absent is not None:
+        assert absent not in stderr
+
+
+def test_an_empty_tasks_file_does_not_mention_skipped_lines(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    rollouts = write_jsonl(tmp_path / "r.jsonl", [{"task_id": "t/1", "completion": "x"}])
+    code, _, stderr = run("score", str(empty), str(rollouts), "-o", str(tmp_path / "o"))
+    assert code == 1
+    assert "the file has no task lines" in stderr
+    assert "line(s) skipped" not in stderr
+
+
+def test_a_failed_write_is_a_clear_error(bwrap_sandbox, tmp_path: Path) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{**ONE_TASK, "reference": "    return 1\n"}])
+    code, _, stderr = run("score", str(tasks), "--solutions", "canonical", "-o", "/dev/full")
+    assert code == 1
+    assert "cannot write the results to /dev/full: No space left on device" in stderr
+    assert "choose another path with -o" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_a_full_disk_keeps_the_complete_lines(bwrap_sandbox, tmp_path: Path) -> None:
+    require(os.geteuid() == 0, "root (to mount a small tmpfs)")
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "r.jsonl", [{"task_id": "t/1", "completion": "    return 1\n"}] * 40
+    )
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)], check=True)
+    try:
+        out = disk / "r.jsonl"
+        code, _, stderr = run("score", str(tasks), str(rollouts), "-o", str(out))
+        text = out.read_text()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert code == 1
+    assert f"cannot write the results to {out}: No space left on device" in stderr
+    lines = text.splitlines()
+    assert 0 < len(lines) < 40
+    assert text.endswith("\n")
+    assert all(json.loads(line)["verdict"] == "passed" for line in lines)
+    assert f"the first {len(lines)} of 40 results were written" in stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_loading_exits_quietly(tmp_path: Path, signum: int) -> None:
+    rollouts = tmp_path / "big.jsonl"
+    line = json.dumps({"task_id": "HumanEval/0", "completion": "    return 1\n"}) + "\n"
+    rollouts.write_text(line * 200_000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "execgym", "score", "--dataset", "humaneval", str(rollouts)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _has_open(proc.pid, str(rollouts)):
+        time.sleep(0.005)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, stderr
+    assert "Traceback" not in stderr
+    assert "Aborted!" not in stderr
+    assert "interrupted" in stderr
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def _has_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open (it is reading it)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_limits_too_small_for_the_self_test_say_which_to_raise(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.jsonl"
+    code, _, stderr = run(
+        "score", "--dataset", "humaneval", "--solutions", "canonical", "--timeout", "0.001",
+        "-o", str(out),
+    )  # fmt: skip
+    assert code == 1
+    assert "self-test" in stderr
+    assert "raise them (--timeout / --memory on the command line)" in stderr
+    assert not out.exists()

@@ -3,7 +3,16 @@ from __future__ import annotations
 import pytest
 
 from execgym.errors import ConfigError
-from execgym.limits import DEFAULT_LIMITS, GiB, Limits, MiB, parse_size
+from execgym.limits import (
+    DEFAULT_LIMITS,
+    MAX_SECONDS,
+    MIN_MEMORY_BYTES,
+    GiB,
+    Limits,
+    MiB,
+    limit_maximum,
+    parse_size,
+)
 
 
 @pytest.mark.parametrize(
@@ -63,3 +72,32 @@ def test_task_limits_reject_infinite_values() -> None:
 
 def test_parse_size_knows_tebibytes() -> None:
     assert parse_size("1TiB") == 1024 * GiB
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("wall_time_s", 1e19),
+        ("cpu_time_s", 1e300),
+        ("memory_bytes", 2**63),
+        ("max_output_bytes", 2**62 + 1),
+        ("max_processes", 2**31 + 1),
+        ("max_open_files", 2**40),
+    ],
+)
+def test_limits_reject_absurd_values_with_their_maximum(field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"{field} must be at most"):
+        Limits(**{field: value})
+    assert getattr(Limits(**{field: limit_maximum(field)}), field) == limit_maximum(field)
+
+
+def test_task_limits_have_the_command_lines_bounds() -> None:
+    from pydantic import ValidationError
+
+    from execgym.tasks import TaskLimits
+
+    assert TaskLimits(memory_bytes=MIN_MEMORY_BYTES).memory_bytes == 16 * MiB
+    for bad in ({"memory_bytes": 10}, {"wall_time_s": 1e19}, {"max_processes": 2**31 + 1}):
+        with pytest.raises(ValidationError):
+            TaskLimits.model_validate(bad)
+    assert MAX_SECONDS == 86400

@@ -117,3 +117,32 @@ def test_invalid_task_limits_are_config_errors() -> None:
     assert task.limits_over(DEFAULT_LIMITS).wall_time_s == 1
     with pytest.raises(ConfigError):
         DEFAULT_LIMITS.merged(wall_time_s=-1)
+
+
+def test_deeply_nested_lines_are_bad_lines_not_a_crash(tmp_path: Path) -> None:
+    deep = "[" * 200000 + "]" * 200000
+    rollouts = write_lines(
+        tmp_path / "r.jsonl", [deep, json.dumps({"task_id": "t/1", "completion": "x"})]
+    )
+    items = list(load_rollouts(rollouts))
+    assert isinstance(items[0], LineProblem)
+    assert items[0].line_number == 1
+    assert "nested too deeply" in items[0].message
+    assert isinstance(items[1], RolloutLine)
+    assert items[1].index == 1
+    tasks, problems = load_tasks(write_lines(tmp_path / "t.jsonl", [task_line(), deep]))
+    assert list(tasks) == ["t/1"]
+    assert problems[0].line_number == 2
+
+
+def test_tiny_task_memory_skips_the_task_with_its_id(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        [task_line(limits={"memory_bytes": 10}), task_line("t/2", limits={"wall_time_s": 1e19})],
+    )
+    tasks, problems = load_tasks(path)
+    assert tasks == {}
+    assert [p.task_id for p in problems] == ["t/1", "t/2"]
+    assert "limits.memory_bytes" in problems[0].message
+    assert "16777216" in problems[0].message
+    assert "limits.wall_time_s" in problems[1].message

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from execgym import Rollout, RolloutLine, Scorer, Task, Verdict
+import pytest
+
+from execgym import Limits, Rollout, RolloutLine, Scorer, Task, Verdict
+from execgym.errors import SandboxSetupFailed
 from execgym.judges.assert_tests import START_MARKER, _parse_report, job_nonce
 from execgym.sandbox import Status
 from execgym.tasks import LineProblem
@@ -135,3 +138,29 @@ def test_parse_report_takes_the_last_tagged_record() -> None:
     assert _parse_report(report, nonce) is None
     passed = b"junk" + tag + b'{"verdict": "passed"}\n'
     assert _parse_report(passed, nonce) == {"verdict": "passed"}
+
+
+async def test_score_takes_plain_rollouts_numbered_by_position() -> None:
+    scorer = Scorer({"t/1": TASK}, FakeSandbox(passing))
+    rollouts = [Rollout(task_id="t/1", completion="    return 1\n") for _ in range(3)]
+    results = await scorer.score(rollouts, workers=2)
+    assert [(r.index, r.rollout_id, r.reward) for r in results] == [
+        (0, "t/1#0", 1.0),
+        (1, "t/1#1", 1.0),
+        (2, "t/1#2", 1.0),
+    ]
+    mixed = await scorer.score([line(5), Rollout(task_id="t/1", completion="    return 1\n")])
+    assert [r.index for r in mixed] == [1, 5]
+
+
+async def test_score_refuses_a_wrong_item_type_with_a_type_error() -> None:
+    scorer = Scorer({"t/1": TASK}, FakeSandbox(passing))
+    with pytest.raises(TypeError, match=r"item 1 is a dict; give Rollout objects"):
+        await scorer.score([line(0), {"task_id": "t/1", "completion": "x"}])  # type: ignore[list-item]
+
+
+async def test_self_test_suggests_larger_limits_when_they_are_too_small() -> None:
+    box = FakeSandbox([fake_result(Status.TIME_LIMIT, limit_hit="wall_time_s")])
+    scorer = Scorer({"t/1": TASK}, box, Limits(wall_time_s=0.001))
+    with pytest.raises(SandboxSetupFailed, match="raise them \\(--timeout / --memory"):
+        await scorer.self_test()

@@ -41,3 +41,14 @@ def test_summary_counts_masks_and_pass_at_k() -> None:
     assert summary.pass_at_k == {1: pytest.approx(0.25), 2: pytest.approx(0.5)}
     assert summary.rollouts_per_s == 3.0
     assert "pass@1: 0.2500" in summary.render()
+
+
+def test_summary_says_when_no_requested_k_is_reachable() -> None:
+    results = [_result("a", Verdict.PASSED, index=i) for i in range(5)]
+    summary = summarize(results, elapsed_s=1.0, ks=(100,))
+    assert summary.pass_at_k == {1: 1.0}
+    assert summary.unreached_ks == (100,)
+    text = summary.render()
+    assert "5 rollouts, 1 task scored" in text
+    assert "pass@1: 1.0000" in text
+    assert "pass@100 not computed: a task has only 5 rollouts" in text

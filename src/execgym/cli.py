@@ -1,12 +1,15 @@
 """The ``execgym`` command line: a thin layer over the library API.
 
 Exit codes: 0 success; 1 execgym could not do the job (missing sandbox, unreadable
-file: the message says how to fix it); 2 bad usage.
+file, a failed write: the message says how to fix it); 2 bad usage; 128 + the signal
+when stopped by SIGINT (130), SIGHUP (129) or SIGTERM (143).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import logging
 import math
@@ -24,7 +27,14 @@ from execgym._version import __version__
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import Error, TaskError
 from execgym.judges.compile import Builder
-from execgym.limits import DEFAULT_LIMITS, MIN_MEMORY_BYTES, Limits, parse_size
+from execgym.limits import (
+    DEFAULT_LIMITS,
+    MAX_BYTES,
+    MAX_SECONDS,
+    MIN_MEMORY_BYTES,
+    Limits,
+    parse_size,
+)
 from execgym.reward import load_spec
 from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
@@ -45,19 +55,24 @@ from execgym.worker import Worker, WorkerSettings, describe_broker, run_node
 
 def _parse_ks(text: str) -> tuple[int, ...]:
     try:
-        ks = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+        ks = tuple(sorted({int(part) for part in text.split(",")}))
     except ValueError:
         ks = ()
     if not ks or min(ks) < 1:
-        raise click.BadParameter(f"{text!r}: give positive integers separated by commas, e.g. 1,10")
+        raise click.BadParameter(
+            f"{text!r}: give positive integers separated by commas, e.g. 1,10",
+            param_hint="'--k'",
+        )
     return ks
 
 
 def _load_inputs(
     tasks_path: str | None, rollouts_path: str | None, dataset: str | None, solutions: str | None
 ) -> tuple[dict[str, Task], list[RolloutLine | LineProblem], dict[str, str]]:
-    if dataset and tasks_path:
+    if dataset and tasks_path and rollouts_path:
         raise click.UsageError("give either --dataset or a TASKS file, not both")
+    if dataset and tasks_path:  # with --dataset, the one file given is ROLLOUTS
+        tasks_path, rollouts_path = None, tasks_path
     if not dataset and not tasks_path:
         raise click.UsageError(
             "nothing to score: give TASKS.jsonl ROLLOUTS.jsonl, or --dataset humaneval "
@@ -75,10 +90,15 @@ def _load_inputs(
             if problem.task_id is not None:
                 skipped.setdefault(problem.task_id, str(problem))
         if not tasks:
+            why = (
+                f"{len(problems)} line(s) skipped, see the warnings above"
+                if problems
+                else "the file has no task lines"
+            )
             raise TaskError(
-                f"no valid tasks in {tasks_path} ({len(problems)} line(s) skipped, see the "
-                "warnings above); each line needs task_id and what its kind needs (assert: "
-                "prompt, tests and entry_point; see schemas/task.schema.json) "
+                f"no valid tasks in {tasks_path} ({why}); each line needs task_id and what "
+                "its kind needs (assert: prompt, tests and entry_point; see "
+                "schemas/task.schema.json) "
                 "(did you swap TASKS and ROLLOUTS?)"
             )
     if solutions == "canonical":
@@ -97,10 +117,54 @@ def _load_inputs(
     for item in items:
         if isinstance(item, LineProblem):
             click.echo(f"warning: bad rollout line (scored as invalid): {item}", err=True)
+    _warn_duplicate_ids(items)
     return tasks, items, skipped
 
 
-@click.group()
+def _warn_duplicate_ids(items: list[RolloutLine | LineProblem]) -> None:
+    """Warn when rollout ids repeat: both are scored, told apart only by ``index``."""
+    seen: set[str] = set()
+    repeated: dict[str, None] = {}
+    for item in items:
+        if isinstance(item, RolloutLine):
+            rollout_id = item.rollout.rollout_id or f"{item.rollout.task_id}#{item.index}"
+            if rollout_id in seen:
+                repeated[rollout_id] = None
+            seen.add(rollout_id)
+    if repeated:
+        first = ", ".join(repr(rollout_id) for rollout_id in list(repeated)[:5])
+        click.echo(
+            f"warning: {len(repeated)} rollout_id(s) appear more than once, e.g. {first}: "
+            "every line is scored; tell the results apart by their index",
+            err=True,
+        )
+
+
+class _Group(click.Group):
+    """Ctrl-C, SIGTERM or SIGHUP at any stage (loading, self-test) exits 128 + signal.
+
+    Quietly, after the sandboxes started so far are stopped: click's own handling prints
+    "Aborted!" and exits 1, and SIGTERM or SIGHUP would kill us at once. A scoring batch
+    that is running handles the signals itself (it reports the results written so far).
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        stopped_by: list[int] = []
+
+        def stop(signum: int, frame: object) -> None:
+            stopped_by.append(signum)
+            raise KeyboardInterrupt  # unwinds like Ctrl-C: the sandboxes' cleanup runs
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, stop)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
+
+
+@click.group(cls=_Group)
 @click.version_option(__version__, prog_name="execgym")
 def main() -> None:
     """execgym: score model-written code in isolated sandboxes and return rewards."""
@@ -112,6 +176,8 @@ def _positive_seconds(
 ) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise click.BadParameter(f"{value!r}: give a positive, finite number of seconds")
+    if value is not None and value > MAX_SECONDS:
+        raise click.BadParameter(f"{value!r}: give at most {MAX_SECONDS:g} seconds (one day)")
     return value
 
 
@@ -121,11 +187,16 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str) -> int:
     except Error as error:
         raise click.BadParameter(str(error)) from error
     if size < MIN_MEMORY_BYTES:
-        raise click.BadParameter(
-            f"{value!r} is {size} bytes, too little to start a program (at least 16MiB); "
-            "a number without a unit is bytes: did you mean "
-            f"{value}MiB?"
+        hint = (
+            f"; a number without a unit is bytes: did you mean {value.strip()}MiB?"
+            if value.strip().isdigit()
+            else ""
         )
+        raise click.BadParameter(
+            f"{value!r} is {size} bytes, too little to start a program (at least 16MiB){hint}"
+        )
+    if size > MAX_BYTES:
+        raise click.BadParameter(f"{value!r} is more than the most allowed, 2**62 bytes")
     return size
 
 
@@ -271,14 +342,18 @@ def score(
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
+    With --dataset, the one file given is ROLLOUTS.
+
     \b
     Examples:
       execgym score --dataset humaneval --solutions canonical -o results.jsonl
+      execgym score --dataset humaneval my_rollouts.jsonl -o results.jsonl
       execgym score tasks.jsonl rollouts.jsonl -o results.jsonl --timeout 5 --memory 256MiB
       execgym score --dataset humaneval --solutions canonical --reward quality
       execgym score tasks.jsonl rollouts.jsonl --broker redis://localhost:6379/0
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     k_values = _parse_ks(ks)
+    _check_output(output, tasks_path, rollouts_path)
     try:
         limits = Limits(
             wall_time_s=wall_time_s,
@@ -330,6 +405,41 @@ def score(
     click.echo(f"isolation: {isolation}; results: {output}")
 
 
+def _check_output(output: str, *inputs: str | None) -> None:
+    """Refuse an output path that is an input file, or that cannot be written.
+
+    Raises:
+        click.UsageError: if ``output`` is one of ``inputs`` (it would be overwritten).
+        click.ClickException: if ``output`` cannot be opened for writing.
+    """
+    target = Path(output)
+    for name in inputs:
+        if name is None:
+            continue
+        same = (
+            os.path.samefile(name, target)
+            if target.exists()
+            else Path(name).resolve() == target.resolve()
+        )
+        if same:
+            raise click.UsageError(
+                f"-o {output} is the input file {name}: writing results there would destroy "
+                "it; choose another output path"
+            )
+    try:
+        if target.exists():
+            target.open("a").close()  # opens for writing without truncating or creating
+        elif not target.parent.is_dir():
+            raise FileNotFoundError(errno.ENOENT, f"no directory {target.parent}")
+        elif not os.access(target.parent, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot write the results to {output}: {error.strerror or error}; "
+            "choose a writable path with -o"
+        ) from error
+
+
 def _warn_unknown_tasks(
     tasks: dict[str, Task], skipped: dict[str, str], items: list[RolloutLine | LineProblem]
 ) -> None:
@@ -374,6 +484,7 @@ def _write_results(
     """Run a batch with ``run(write)``, writing each result to ``output`` as it comes."""
     written: list[ScoredRollout] = []
     stopped_by: list[int] = []
+    write_failed: list[OSError] = []
     try:
         # Lone surrogates (from a program's exception message, say) become JSON escapes.
         sink = Path(output).open("w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
@@ -381,10 +492,17 @@ def _write_results(
         raise click.ClickException(
             f"cannot write the results to {output}: {error.strerror or error}"
         ) from error
-    with sink:
+    try:
         try:
-            return asyncio.run(_with_progress(run, total, sink, written, stopped_by))
+            return asyncio.run(_with_progress(run, total, sink, written, stopped_by, write_failed))
         except (KeyboardInterrupt, asyncio.CancelledError):
+            if write_failed:
+                error = write_failed[0]
+                raise click.ClickException(
+                    f"cannot write the results to {output}: {error.strerror or error} "
+                    f"(the first {len(written)} of {total} results were written); free space "
+                    "on that file system or choose another path with -o, then score again"
+                ) from error
             click.echo(
                 f"interrupted: {len(written)} of {total} results were written to {output}",
                 err=True,
@@ -394,6 +512,23 @@ def _write_results(
             raise click.ClickException(
                 f"{error} ({len(written)} of {total} results were written to {output})"
             ) from error
+    finally:
+        with contextlib.suppress(OSError):  # a failed write's data stays in the buffer
+            sink.close()
+        if write_failed:
+            _drop_partial_line(output, written)
+
+
+def _result_line(result: ScoredRollout) -> str:
+    return json.dumps(result.to_json(), ensure_ascii=False) + "\n"
+
+
+def _drop_partial_line(output: str, written: list[ScoredRollout]) -> None:
+    """Cut a results file back to its complete lines after a failed write."""
+    size = sum(len(_result_line(r).encode("utf-8", "backslashreplace")) for r in written)
+    with contextlib.suppress(OSError):
+        if Path(output).is_file() and Path(output).stat().st_size > size:
+            os.truncate(output, size)
 
 
 def _close(sandbox: object) -> None:
@@ -409,26 +544,37 @@ async def _with_progress(
     sink: IO[str],
     written: list[ScoredRollout],
     stopped_by: list[int],
+    write_failed: list[OSError],
 ) -> list[ScoredRollout]:
     from tqdm import tqdm
 
-    # SIGTERM stops the batch like Ctrl-C: running sandboxes are killed and reclaimed,
-    # and every finished result is already on disk.
+    # SIGTERM and SIGHUP (terminal or ssh closed) stop the batch like Ctrl-C: running
+    # sandboxes are killed and reclaimed, and every finished result is already on disk.
+    # A failed write (a full disk) stops it the same way.
     current = asyncio.current_task()
-    if current is not None:
 
-        def stop() -> None:
-            stopped_by.append(signal.SIGTERM)
+    def stop(signum: int) -> None:
+        stopped_by.append(signum)
+        if current is not None:
             current.cancel()
 
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        asyncio.get_running_loop().add_signal_handler(signum, stop, signum)
 
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
     with tqdm(total=total, unit="rollout", file=sys.stderr, disable=None) as bar:
 
         def write(result: ScoredRollout) -> None:
-            sink.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
-            sink.flush()
+            if write_failed:
+                return
+            try:
+                sink.write(_result_line(result))
+                sink.flush()
+            except OSError as error:
+                write_failed.append(error)
+                if current is not None:
+                    current.cancel()
+                return
             written.append(result)
             bar.update(1)
 

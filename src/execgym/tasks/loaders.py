@@ -87,6 +87,10 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, int, dict[str, Any] | Li
                 value = json.loads(line)
             except ValueError as error:
                 value = LineProblem(str(path), number, index, f"not valid JSON ({error.msg})")
+            except RecursionError:
+                value = LineProblem(
+                    str(path), number, index, "not usable JSON (nested too deeply to read)"
+                )
             if not isinstance(value, dict | LineProblem):
                 value = LineProblem(str(path), number, index, "each line must be a JSON object")
             yield number, index, value

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from execgym.errors import ConfigError
-from execgym.limits import Limits
+from execgym.limits import MAX_BYTES, MAX_COUNT, MAX_SECONDS, MIN_MEMORY_BYTES, Limits
 
 LANGUAGES = ("python", "c", "cpp", "java", "javascript", "rust", "bash", "go")
 """Languages a task may name (whether a toolchain is present is checked when judging)."""
@@ -72,17 +72,20 @@ class _Strict(BaseModel):
 class TaskLimits(_Strict):
     """Optional per-task limits; any field left out keeps the run's limit.
 
-    Field names and units are those of :class:`execgym.limits.Limits`.
+    Field names and units are those of :class:`execgym.limits.Limits`, with the same
+    bounds as the command line: times up to a day, ``memory_bytes`` at least 16 MiB
+    (below it Python cannot start), bytes up to 2**62, counts up to 2**31. A task
+    outside them is a bad line (skipped as invalid), not a batch of sandbox errors.
     """
 
-    wall_time_s: float | None = Field(default=None, gt=0)
-    cpu_time_s: float | None = Field(default=None, gt=0)
-    memory_bytes: int | None = Field(default=None, gt=0)
-    max_processes: int | None = Field(default=None, gt=0)
-    max_output_bytes: int | None = Field(default=None, gt=0)
-    max_file_bytes: int | None = Field(default=None, gt=0)
-    disk_bytes: int | None = Field(default=None, gt=0)
-    max_open_files: int | None = Field(default=None, gt=0)
+    wall_time_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    cpu_time_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    memory_bytes: int | None = Field(default=None, ge=MIN_MEMORY_BYTES, le=MAX_BYTES)
+    max_processes: int | None = Field(default=None, gt=0, le=MAX_COUNT)
+    max_output_bytes: int | None = Field(default=None, gt=0, le=MAX_BYTES)
+    max_file_bytes: int | None = Field(default=None, gt=0, le=MAX_BYTES)
+    disk_bytes: int | None = Field(default=None, gt=0, le=MAX_BYTES)
+    max_open_files: int | None = Field(default=None, gt=0, le=MAX_COUNT)
 
 
 class Comparison(_Strict):
