@@ -28,8 +28,20 @@ KNOWN_BAD: dict[str, dict[str, str]] = {
         "HumanEval/32": "error",
     },
     "mbpp": {
-        # The reference sums amicable numbers below 9999 by trial division: ~10 s of CPU.
-        "123": "timeout",
+        # The tests run in their own process and call the solution with plain data
+        # (reward integrity); upstream runs tests and code in one namespace, so these
+        # tests use what only the reference defines: its Node and Pair classes, its
+        # `import sys`; or they pass a function or class (the reference's function is
+        # itself named `check`, 56/349/899/967, or the tests pass a type, 533).
+        "56": "sandbox_error",
+        "349": "sandbox_error",
+        "899": "sandbox_error",
+        "967": "sandbox_error",
+        "533": "sandbox_error",
+        "367": "error",
+        "927": "error",
+        "601": "error",
+        "596": "error",
     },
     "mbppplus": {
         # The reference builds every combination of a large input: > 512 MiB.
@@ -52,11 +64,33 @@ KNOWN_BAD: dict[str, dict[str, str]] = {
         "JavaScript/155": "failed",
         "JavaScript/162": "failed",
     },
-    "humaneval-x-go": {},
+    "humaneval-x-go": {
+        # The references import packages that only upstream's test file uses (run by
+        # `go test`); the generated main does not, and Go refuses unused imports.
+        "Go/158": "compile_error",
+        "Go/160": "compile_error",
+    },
     "humaneval-x-rust": {},
-    "leetcodedataset": {},
+    "leetcodedataset": {
+        # The tests pass TreeNode objects: they cannot cross the plain-data boundary
+        # between the tests' process and the solution's.
+        "k-th-largest-perfect-subtree-size-in-binary-tree": "sandbox_error",
+    },
 }
 """Per data set: references that do not pass, with their verdict (reasons above)."""
+
+MAY_FAIL: dict[str, dict[str, str]] = {
+    # Slow references: near the 10 s limit on a loaded 2-core machine, well under it
+    # when it is idle (trial division over 9999 numbers; large searches).
+    "mbpp": {"123": "timeout"},
+    "leetcodedataset": {
+        "maximum-number-of-moves-to-kill-all-pawns": "timeout",
+        "find-the-number-of-subsequences-with-equal-gcd": "timeout",
+    },
+    # check_dict_case's reference depends on Go's randomised map iteration order.
+    "humaneval-x-go": {"Go/95": "failed"},
+}
+"""References whose verdict depends on load or chance: either passed or this verdict."""
 
 SKIPPED = {
     "humaneval-x-rust": {"Rust/38", "Rust/50", "Rust/53", "Rust/91", "Rust/162"},
@@ -91,6 +125,8 @@ def test_all_references(name: str) -> None:
     assert set(loaded.skipped) == SKIPPED.get(name, set())
     verdicts = asyncio.run(_score(name, loaded.tasks))
     failing = {t: v.value for t, v in verdicts.items() if v is not Verdict.PASSED}
-    assert failing == KNOWN_BAD[name]
+    may_fail = MAY_FAIL.get(name, {})
+    unexpected = {t: v for t, v in failing.items() if may_fail.get(t) != v}
+    assert unexpected == KNOWN_BAD[name]
     passed = sum(v is Verdict.PASSED for v in verdicts.values())
-    assert passed == len(loaded.tasks) - len(KNOWN_BAD[name])
+    assert passed >= len(loaded.tasks) - len(KNOWN_BAD[name]) - len(may_fail)

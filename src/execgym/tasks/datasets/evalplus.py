@@ -39,10 +39,18 @@ PLUS_LIMITS = TaskLimits(wall_time_s=60, cpu_time_s=60)
 in one process, and some references need 5-10 CPU seconds for them (EvalPlus allows
 each input max(1 s, 4 x the reference's time) instead)."""
 
-_MBPP_CHECK = (
-    "\n\ndef check(candidate):\n"
-    "    pass  # the baked-in assertions above ran at module level, as EvalPlus runs them\n"
-)
+def _mbpp_check(tests: str, entry_point: str) -> str:
+    """EvalPlus's module-level MBPP+ tests, run by ``check`` with the name bound.
+
+    The tests call the function by its name at module level, as EvalPlus runs them; they
+    run in the tests' own process, so ``check`` binds that name to ``candidate`` (the
+    solution's function, called across the process boundary) and then runs them.
+    """
+    return (
+        f"_EXECGYM_TESTS = {tests!r}\n\n\ndef check(candidate):\n"
+        f"    globals()[{entry_point!r}] = candidate\n"
+        "    exec(compile(_EXECGYM_TESTS, 'tests', 'exec'), globals())\n"
+    )
 
 
 def _skip_all(tasks: dict[str, Task], why: str) -> Loaded:
@@ -97,11 +105,12 @@ def load_mbppplus() -> Loaded:
     for record in read_records(data_path("mbppplus", "MbppPlus-OriginFmt.jsonl.gz")):
         task_id = f"Mbpp/{record['task_id']}"
         imports = "".join(line + "\n" for line in record["test_imports"])
+        entry_point = _entry_point(record["code"], record["test_list"])
         tasks[task_id] = Task(
             task_id=task_id,
             prompt=mbpp_prompt(record["prompt"], record["test_list"][0]),
-            tests=with_python_libraries(imports + record["test"] + _MBPP_CHECK),
-            entry_point=_entry_point(record["code"], record["test_list"]),
+            tests=with_python_libraries(imports + _mbpp_check(record["test"], entry_point)),
+            entry_point=entry_point,
             reference=record["code"],
             limits=PLUS_LIMITS,
         )

@@ -8,8 +8,10 @@ LeetCode's: research and evaluation use only).
 Each record becomes an ``assert`` task judged as upstream does: ``prompt`` (the import
 preamble with ``ListNode``/``TreeNode`` helpers) + the solution (a ``class Solution``) +
 ``test`` + ``check(<entry_point>)``. Upstream's entry point is an expression,
-``Solution().method``; it is bound to a name after the tests, and that name is passed to
-``check``. Some prompts import ``sortedcontainers`` (a PyPI package): those get the
+``Solution().method``; the judge calls that method of the solution's ``Solution`` (the
+tests run in their own process, so arguments and results cross as plain data: tasks
+whose tests pass ``ListNode``/``TreeNode`` objects cannot, see ``KNOWN_BAD`` in the
+tests). Some prompts import ``sortedcontainers`` (a PyPI package): those get the
 host's site-packages on ``sys.path`` first, and are skipped (masked) if it is missing.
 """
 
@@ -27,8 +29,10 @@ from execgym.tasks.datasets._files import (
 )
 from execgym.tasks.models import Task
 
-ENTRY_NAME = "execgym_entry_point"
-"""The name the entry-point expression is bound to."""
+
+def _method(expression: str) -> str:
+    """``"Solution().twoSum"`` -> ``"twoSum"``: the judge finds ``Solution`` methods."""
+    return expression.rsplit(".", 1)[-1].strip()
 
 
 def load_leetcodedataset() -> Loaded:
@@ -52,9 +56,10 @@ def load_leetcodedataset() -> Loaded:
             continue
         tasks[record["task_id"]] = Task(
             task_id=record["task_id"],
-            prompt=with_python_libraries(prompt) if third_party else prompt,
-            tests=f"{record['test']}\n\n{ENTRY_NAME} = {record['entry_point']}\n",
-            entry_point=ENTRY_NAME,
+            # Always: references (and rollouts) may import what the prompt does not.
+            prompt=with_python_libraries(prompt),
+            tests=record["test"],
+            entry_point=_method(record["entry_point"]),
             reference=record["completion"],
         )
     return Loaded(tasks, skipped, references)

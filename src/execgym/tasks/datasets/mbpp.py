@@ -18,22 +18,17 @@ from execgym.tasks.datasets._files import Loaded, data_path, read_records
 from execgym.tasks.datasets.evalplus import _entry_point, mbpp_prompt
 from execgym.tasks.models import Task
 
-CANDIDATE = "execgym_candidate"
-"""The name the solution's function is bound to before ``check`` is defined."""
-
 
 def mbpp_tests(setup: str, asserts: list[str], entry_point: str) -> str:
     """``check(candidate)`` running the asserts, which name the function themselves.
 
-    The function is bound to :data:`CANDIDATE` before ``check`` is defined and passed
-    back in, so a solution whose function is itself called ``check`` (tasks 56, 349,
-    899) is still the one tested, not the test function that replaces it.
+    The tests run in their own process and call the solution's function through
+    ``candidate``, bound to the function's name inside ``check``; so a solution whose
+    function is itself called ``check`` (tasks 56, 349, 899, 967) is still the one
+    tested, not the test function.
     """
     body = "".join(f"    {line.strip()}\n" for line in asserts)
-    return (
-        f"{setup.strip()}\n\n{CANDIDATE} = {entry_point}\n\n"
-        f"def check(candidate):\n    {entry_point} = candidate\n{body}"
-    )
+    return f"{setup.strip()}\n\ndef check(candidate):\n    {entry_point} = candidate\n{body}"
 
 
 def load_mbpp() -> Loaded:
@@ -51,7 +46,7 @@ def load_mbpp() -> Loaded:
             task_id=task_id,
             prompt=mbpp_prompt(record["text"], record["test_list"][0]),
             tests=mbpp_tests(record["test_setup_code"], record["test_list"], entry_point),
-            entry_point=CANDIDATE,
+            entry_point=entry_point,
             reference=code,
         )
     return Loaded(tasks)
