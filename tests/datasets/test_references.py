@@ -46,6 +46,13 @@ KNOWN_BAD: dict[str, dict[str, str]] = {
     "mbppplus": {
         # The reference builds every combination of a large input: > 512 MiB.
         "Mbpp/255": "memory_exceeded",
+        # As in MBPP (above): the function is named `check`, so the tests pass it.
+        "Mbpp/56": "sandbox_error",
+        # The references return re.Match objects (the tests check truthiness): not
+        # plain data, so they cannot cross from the solution's process to the tests'.
+        "Mbpp/737": "error",
+        "Mbpp/787": "error",
+        "Mbpp/794": "error",
     },
     "humaneval-x-python": {},
     "humaneval-x-cpp": {

@@ -39,6 +39,7 @@ PLUS_LIMITS = TaskLimits(wall_time_s=60, cpu_time_s=60)
 in one process, and some references need 5-10 CPU seconds for them (EvalPlus allows
 each input max(1 s, 4 x the reference's time) instead)."""
 
+
 def _mbpp_check(tests: str, entry_point: str) -> str:
     """EvalPlus's module-level MBPP+ tests, run by ``check`` with the name bound.
 
