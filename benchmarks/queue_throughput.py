@@ -16,23 +16,19 @@ nothing (:class:`execgym.testing.FakeSandbox`), so that only queueing is timed: 
 time per job through each broker minus that of :meth:`execgym.Scorer.score` on the same
 jobs without any broker, with the worker in this process for both.
 
-    .venv/bin/python benchmarks/queue.py [--rounds 3] [--sandboxes N] [--trivial 2000]
+    .venv/bin/python benchmarks/queue_throughput.py [--rounds 3] [--sandboxes N] [--trivial 2000]
 """
 
 from __future__ import annotations
 
-import sys
-
-# This file is named queue.py, as asked for, which would shadow the standard library's
-# queue module (imported by redis-py) when run as a script: drop its own directory
-# from the import path before anything else is imported.
-sys.path[:] = [p for p in sys.path if p not in ("", sys.path[0])]
-
+# Not named queue.py (the issue's name): a file of that name in benchmarks/ shadows the
+# standard library's queue module, which redis-py imports, for every script here.
 import argparse
 import asyncio
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
