@@ -8,7 +8,7 @@ tests (``/work/shared/data/humanevalplus``, v0.1.10, base + plus inputs with exp
 outputs baked in), and a task whose survivors HumanEval+ kills is one whose HumanEval
 tests are *measurably* too weak. Our flagged set is compared with that set.
 
-    .venv/bin/python benchmarks/validate_humaneval.py [--workers N] [--out DIR] [--tasks N]
+    .venv/bin/python benchmarks/validate.py [--workers N] [--out DIR] [--tasks N]
         [--no-plus]
 
 HumanEval+'s tests import numpy; numpy is made visible to the sandbox the same way as
