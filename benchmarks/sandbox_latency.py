@@ -38,6 +38,7 @@ async def main() -> None:
         assert done.stdout == b"ok\n"
 
     fresh = BubblewrapSandbox()
+    prestarted = BubblewrapSandbox(prestart=1)
     pool = WarmPoolSandbox()
     await pool.start()
 
@@ -49,6 +50,7 @@ async def main() -> None:
     ways: dict[str, Callable[[], Awaitable[None]]] = {
         "plain subprocess.run": plain,
         "bwrap": lambda: check(fresh.run_python(PROGRAM)),
+        "bwrap, prestarted": lambda: check(prestarted.run_python(PROGRAM)),
         "bwrap + warm pool": lambda: check(pool.run_python(PROGRAM)),
     }
     try:
@@ -67,6 +69,7 @@ async def main() -> None:
             await way()
             timings[name].append((time.perf_counter() - started) * 1000)
     await pool.aclose()
+    await prestarted.aclose()
     base = percentile(timings["plain subprocess.run"], 0.5)
     print(f"{args.runs} runs each of {PROGRAM!r}, interleaved; milliseconds")
     for name, values in timings.items():

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
 
 from execgym.sandbox import BubblewrapSandbox, Sandbox, UnisolatedSandbox
-from execgym.sandbox._cgroup import detect_cgroups
+from execgym.sandbox._cgroup import detect_cgroups, flush_removals
 from execgym.sandbox.gvisor import GVisorSandbox
 
 CI = bool(os.environ.get("CI"))
@@ -41,6 +42,28 @@ def toolchain_dirs() -> dict[str, set[str]]:
     return dirs
 
 
+def descendants(root: int) -> dict[int, str]:
+    """``{pid: state}`` of every descendant of ``root``, zombies (``Z``) included."""
+    parents: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            parents[int(entry.name)] = (int(fields[1]), fields[0])
+    found: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, state) in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = state
+                frontier.append(pid)
+    return found
+
+
 def python(code: str) -> list[str]:
     """argv that runs ``code`` with the test interpreter, resolved as in the sandbox."""
     return [os.path.realpath(sys.executable), "-I", "-S", "-c", code]
@@ -57,6 +80,15 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 def bwrap_sandbox() -> BubblewrapSandbox:
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     return BubblewrapSandbox()
+
+
+@pytest.fixture
+async def prestarted_sandbox() -> AsyncIterator[BubblewrapSandbox]:
+    """bwrap with one sandbox prestarted ahead of each run (``prestart=1``)."""
+    require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    async with BubblewrapSandbox(prestart=1) as sandbox:
+        yield sandbox
+    assert run_cgroups(every_kind=True) == [], "a prestarted sandbox's cgroup was left"
 
 
 @pytest.fixture
@@ -95,11 +127,23 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
-def run_cgroups(pid: int | None = None) -> list[Path]:
-    """Run cgroups made by process ``pid`` (default: this one) that still exist."""
+def run_cgroups(pid: int | None = None, *, every_kind: bool = False) -> list[Path]:
+    """Run cgroups made by process ``pid`` (default: this one) that still exist.
+
+    With ``every_kind``, also those made ahead of their runs (a warm pool's staged
+    inits, prestarted bwrap sandboxes), which exist while their sandbox is open. Waits
+    first for the removals queued in the background (``RunCgroup.remove_soon``).
+    """
+    flush_removals()
     host = detect_cgroups()
-    pattern = f"execgym-{pid or os.getpid()}-*"
-    return [p for parent in host.parents.values() for p in parent.glob(pattern)]
+    kinds = "(?:[a-z]+-)?" if every_kind else ""
+    name = re.compile(rf"execgym-{kinds}{pid or os.getpid()}-\d+")
+    return [
+        p
+        for parent in host.parents.values()
+        for p in parent.glob("execgym-*")
+        if name.fullmatch(p.name)
+    ]
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, object]]) -> Path:

@@ -58,7 +58,14 @@ from execgym.reward import load_spec
 from execgym.sandbox import BubblewrapSandbox
 from execgym.sandbox._cgroup import CgroupHost, detect_cgroups
 from execgym.sandbox.bwrap import interpreter_paths
-from tests.conftest import processes_with, python, require, run_cgroups, toolchain_dirs
+from tests.conftest import (
+    descendants,
+    processes_with,
+    python,
+    require,
+    run_cgroups,
+    toolchain_dirs,
+)
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -110,29 +117,6 @@ def marker() -> str:
 def sleep_marker() -> str:
     """A unique ``sleep`` duration: a marker that is also a valid argument (about 100 s)."""
     return f"100.{secrets.randbelow(10**9):09d}"
-
-
-def descendants(root: int) -> dict[int, str]:
-    """``{pid: state}`` of every descendant of ``root`` (zombies included, state ``Z``)."""
-    parents: dict[int, tuple[int, str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        parents[int(entry.name)] = (int(fields[1]), fields[0])
-    found: dict[int, str] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, state) in parents.items():
-            if ppid == parent and pid not in found:
-                found[pid] = state
-                frontier.append(pid)
-    return found
 
 
 def require_cgroup_for_none(sandbox, request: pytest.FixtureRequest) -> None:

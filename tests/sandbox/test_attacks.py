@@ -78,9 +78,9 @@ from execgym.limits import Limits, MiB, parse_size
 from execgym.sandbox import RunResult, Status
 from execgym.sandbox._cgroup import RunCgroup
 from execgym.sandbox.bwrap import SANDBOX_UID
-from tests.conftest import processes_with, run_cgroups
+from tests.conftest import descendants, processes_with, run_cgroups
 
-BACKENDS = ["bwrap", "gvisor"]
+BACKENDS = ["bwrap", "prestarted", "gvisor"]
 """Real backends the corpus runs on: a new one is one more name here, given a
 ``<name>_sandbox`` fixture in tests/conftest.py (which skips, or fails in CI, where the
 backend cannot run) and, where it differs, ``key[<name>]`` lines in the headers."""
@@ -227,7 +227,7 @@ def _check_header(hostile: Hostile) -> None:
         if not target.is_file() or f"def {test_name}(" not in target.read_text():
             raise ValueError(f"{hostile.path.name}: see: {reference} does not exist")
     backends = {backend for _, backend in hostile.header if backend}
-    if unknown := backends - {"bwrap", "gvisor"}:
+    if unknown := backends - set(BACKENDS):
         raise ValueError(f"{hostile.path.name}: unknown backend(s) {sorted(unknown)}")
     for backend in ["", *BACKENDS]:
         expect = hostile.expect(backend)
@@ -289,28 +289,6 @@ def _mounts() -> set[tuple[str, ...]]:
             parts, rparts = left.split(), right.split()
             mounts.add((parts[3], parts[4], rparts[0], rparts[1]))
     return mounts
-
-
-def descendants(root: int) -> dict[int, str]:
-    """``{pid: state}`` of every descendant of ``root``, zombies (``Z``) included."""
-    parents: dict[int, tuple[int, str]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            parents[int(entry.name)] = (int(fields[1]), fields[0])
-    found: dict[int, str] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, state) in parents.items():
-            if ppid == parent and pid not in found:
-                found[pid] = state
-                frontier.append(pid)
-    return found
 
 
 def _holds(directory: Path, marker: str, names: set[str], budget: int = 2000) -> bool:
@@ -595,6 +573,8 @@ async def test_hostile_program_is_contained(
     files = {hostile.path.name: hostile.path.read_bytes()}
     files.update({k.replace("{marker}", marker): v.encode() for k, v in expect.files.items()})
     argv = [os.path.realpath(sys.executable), "-I", "-S", hostile.path.name, marker]
+    if name == "prestarted":  # the run must take a sandbox set up before the snapshot
+        assert await sandbox.prestart(expect.limits)
     before = HostState.capture()
     result: RunResult | None = None
     program_problems: list[str] = []  # what the program did or how its run ended
@@ -623,13 +603,19 @@ async def test_hostile_program_is_contained(
         begun = time.monotonic()
         result = await sandbox.run(argv, files=files, limits=expect.limits, env=host_targets.env())
         elapsed = time.monotonic() - begun
-        program_problems += _check_result(result, expect, elapsed, name)
+        if name == "prestarted":
+            assert "prestarted" in result.enforcement.get("start", ""), result.enforcement
+        program_problems += _check_result(
+            result, expect, elapsed, "bwrap" if name == "prestarted" else name
+        )
         output = result.stdout + result.stderr
         host_problems += [
             f"host secret in the output: {secret!r}"
             for secret in [fake_key.encode(), *_host_secrets()]
             if secret in output
         ]
+    if name == "prestarted":  # what it prestarts next is not the run's: reclaim it first
+        await sandbox.aclose()
     host_problems += host_targets.problems()
     host_problems += before.changes(marker, {hostile.path.name})
     if named := _host_files_named(marker):

@@ -360,16 +360,20 @@ def _kill_tree(pid: int, cgroup: RunCgroup | None) -> None:
         cgroup.kill()
 
 
-async def run_process(spec: ProcessSpec) -> ProcessOutcome:
-    """Start ``spec.argv``, enforce its wall and CPU clocks and output caps, and reap it.
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """A started process tree: its launcher's pid and the read ends of its pipes."""
 
-    Returns:
-        The raw :class:`ProcessOutcome`; the whole tree is dead when this returns.
+    pid: int
+    read_ends: dict[str, int]
+
+
+async def launch(spec: ProcessSpec) -> Launched:
+    """Start ``spec.argv`` with pipes on stdout, stderr (and fd 3 with ``want_report``).
 
     Raises:
-        OSError: if the process could not be started (the caller reports a sandbox error).
+        OSError: if the process could not be started (its pipes are closed first).
     """
-    loop = asyncio.get_running_loop()
     pipes = {name: os.pipe() for name in ("stdout", "stderr")}
     if spec.want_report:
         pipes["report"] = _open_fifo(spec.report_path) if spec.report_path else os.pipe()
@@ -377,7 +381,6 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
     if spec.want_report:
         fd_map[REPORT_FD] = pipes["report"][1]
     stdin_fd = memfd_with(spec.stdin, "execgym-stdin") if spec.stdin else None
-    started = time.monotonic()
     try:
         pid = await spawn(
             spec, fd_map, stdout=pipes["stdout"][1], stderr=pipes["stderr"][1], stdin=stdin_fd
@@ -391,6 +394,36 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
             os.close(write_end)
         if stdin_fd is not None:
             os.close(stdin_fd)
+    return Launched(pid, {name: ends[0] for name, ends in pipes.items()})
+
+
+async def run_process(spec: ProcessSpec) -> ProcessOutcome:
+    """Start ``spec.argv``, enforce its wall and CPU clocks and output caps, and reap it.
+
+    Returns:
+        The raw :class:`ProcessOutcome`; the whole tree is dead when this returns.
+
+    Raises:
+        OSError: if the process could not be started (the caller reports a sandbox error).
+    """
+    started = time.monotonic()
+    return await supervise(spec, await launch(spec), started=started)
+
+
+async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) -> ProcessOutcome:
+    """Enforce ``spec``'s clocks and output caps on a launched tree, and reap it.
+
+    Args:
+        spec: The run's limits (``wall_time_s``, ``cpu_time_s``, ``max_output_bytes``)
+            and cgroup.
+        launched: The started tree; its pipes are owned and closed here.
+        started: ``time.monotonic()`` when the run's clock started.
+
+    Returns:
+        The raw :class:`ProcessOutcome`; the whole tree is dead when this returns.
+    """
+    loop = asyncio.get_running_loop()
+    pid = launched.pid
     sampled_cpu_s = [0.0]
 
     def kill() -> None:
@@ -399,11 +432,7 @@ async def run_process(spec: ProcessSpec) -> ProcessOutcome:
             sampled_cpu_s[0] = tree_cpu_time_s(pid)
         _kill_tree(pid, spec.cgroup)
 
-    watcher = Supervisor(
-        {name: ends[0] for name, ends in pipes.items()},
-        max_output_bytes=spec.max_output_bytes,
-        kill=kill,
-    )
+    watcher = Supervisor(launched.read_ends, max_output_bytes=spec.max_output_bytes, kill=kill)
     reaped = False
     pidfd = os.pidfd_open(pid)
     exited: asyncio.Future[object] = loop.create_future()

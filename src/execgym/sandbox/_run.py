@@ -26,6 +26,46 @@ host's locale; nothing from the host's own environment is passed in.
 """
 
 
+def enforcement_of(
+    limits: Limits,
+    cgroup: RunCgroup | None,
+    *,
+    apply_rlimits: bool = True,
+    backend: Mapping[str, str] | None = None,
+) -> tuple[list[tuple[int, int]], dict[str, str]]:
+    """The rlimits of a run and how each of its limits is enforced.
+
+    Args:
+        limits: The run's limits.
+        cgroup: Its cgroup, with ``limits`` applied, or ``None``.
+        apply_rlimits: Whether the rlimits will be set (see :func:`run_contained`).
+        backend: How the backend itself enforces limits (network, disk...).
+
+    Returns:
+        ``([(resource, value), ...], {limit name: how it is enforced})``.
+    """
+    cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
+    rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
+    if not apply_rlimits:
+        rlimits, rlimit_enforced = [], dict.fromkeys(rlimit_enforced, "not enforced")
+    measured = (
+        {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
+        if (cgroup and cgroup.measures_cpu)
+        else {}
+    )
+    how = {
+        "wall_time_s": "timer + kill of the whole tree",
+        "max_output_bytes": "capture cap + kill",
+        **rlimit_enforced,
+        **measured,
+        **cgroup_enforced,
+        **(backend or {}),
+    }
+    if cgroup is None:
+        how["cgroup"] = f"none: {detect_cgroups().reason}"
+    return rlimits, how
+
+
 async def run_contained(
     argv: Sequence[str],
     *,
@@ -73,25 +113,9 @@ async def run_contained(
     except OSError as error:
         return sandbox_error(isolation, f"could not create the run's cgroup: {error}")
     try:
-        cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
-        rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
-        if not apply_rlimits:
-            rlimits, rlimit_enforced = [], dict.fromkeys(rlimit_enforced, "not enforced")
-        measured = (
-            {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
-            if (cgroup and cgroup.measures_cpu)
-            else {}
+        rlimits, how = enforcement_of(
+            limits, cgroup, apply_rlimits=apply_rlimits, backend=enforcement
         )
-        how = {
-            "wall_time_s": "timer + kill of the whole tree",
-            "max_output_bytes": "capture cap + kill",
-            **rlimit_enforced,
-            **measured,
-            **cgroup_enforced,
-            **(enforcement or {}),
-        }
-        if cgroup is None:
-            how["cgroup"] = f"none: {detect_cgroups().reason}"
         spec = ProcessSpec(
             argv=argv,
             env=env,
@@ -112,7 +136,7 @@ async def run_contained(
         return sandbox_error(isolation, f"could not start the sandbox: {error}")
     finally:
         if cgroup is not None:
-            cgroup.remove()  # always, even on our own errors or a cancellation
+            cgroup.remove_soon()  # always, even on our own errors or a cancellation
     return interpret(
         outcome,
         isolation=isolation,

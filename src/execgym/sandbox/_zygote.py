@@ -337,6 +337,9 @@ def init_process(header, fds, seccomp, network, attached=False):
 def serve():
     for name in PRELOADED:
         __import__(name)
+    import gc
+
+    gc.freeze()
     control = socket.socket(fileno=int(sys.argv[-1]))
     control.setblocking(True)
     seccomp = {}

@@ -11,6 +11,7 @@ so the program is unprivileged on the host too, not merely inside a user namespa
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
@@ -20,8 +21,9 @@ from pathlib import Path
 from execgym.errors import SandboxUnavailable, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._paths import safe_relative
+from execgym.sandbox._prestart import Job, Prestarter, prestart_possible
 from execgym.sandbox._process import memfd_with
-from execgym.sandbox._python import run_python_as_file
+from execgym.sandbox._python import python_command, run_python_as_file
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
 from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
@@ -120,6 +122,12 @@ class BubblewrapSandbox:
             as ``(host, path inside)``), in addition to ``/usr``; by default
             :func:`default_read_only_paths`.
         bwrap_path: The ``bwrap`` binary; found on PATH by default.
+        prestart: Keep this many sandboxes set up ahead of their runs (per disk size
+            and network setting), so a run does not wait for bwrap's set-up: see
+            :mod:`execgym.sandbox._prestart`. Each still serves one run only. ``0``
+            (default) starts every run cold. Needs cgroups that measure CPU time;
+            without them runs start cold. Call :meth:`aclose` (or use ``async with``)
+            to reclaim the prestarted sandboxes.
 
     Raises:
         SandboxUnavailable: if bwrap (or, as root, setpriv) is missing, with the
@@ -133,6 +141,7 @@ class BubblewrapSandbox:
         *,
         read_only_paths: Sequence[ReadOnlyPath] | None = None,
         bwrap_path: str | None = None,
+        prestart: int = 0,
     ) -> None:
         found = bwrap_path or shutil.which("bwrap")
         if found is None:
@@ -155,6 +164,52 @@ class BubblewrapSandbox:
             ) from error
         paths = default_read_only_paths() if read_only_paths is None else read_only_paths
         self._read_only = resolve_paths(paths)
+        self._binds = system_binds() + read_only_binds(self._read_only)  # same every run
+        self._prestarter: Prestarter | None = None
+        if prestart > 0 and prestart_possible():
+            self._prestarter = Prestarter(
+                lambda limits, command: self._argv(
+                    command, limits, ["--seccomp", str(_SECCOMP_FD)], hold=True
+                ),
+                python_command("x")[:-1],
+                prestart,
+                self._enforcement,
+            )
+            atexit.register(self._prestarter.close_now)
+
+    async def __aenter__(self) -> BubblewrapSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Reclaim the prestarted sandboxes, if any (see ``prestart``)."""
+        if self._prestarter is not None:
+            await self._prestarter.aclose()
+            atexit.unregister(self._prestarter.close_now)
+
+    async def prestart(self, limits: Limits = DEFAULT_LIMITS) -> bool:
+        """Have sandboxes for runs with ``limits`` ready now (normally done on first use).
+
+        Returns:
+            Whether one is ready (``False`` without ``prestart`` or where it cannot be).
+        """
+        if self._prestarter is None:
+            return False
+        await self._prestarter.fill(limits)
+        return self._prestarter.has_ready(limits)
+
+    def _enforcement(self, limits: Limits) -> dict[str, str]:
+        network = "network namespace" + (
+            " + seccomp: no Internet sockets" if limits.network == "none" else " (loopback only)"
+        )
+        return {
+            "network": network,
+            "syscalls": f"seccomp: {len(BLOCKED_SYSCALLS)} calls and namespace flags refused",
+            "disk_bytes": "tmpfs size",
+            "reclaim": "pid namespace: every process dies with the run",
+        }
 
     def _argv(
         self, argv: Sequence[str], limits: Limits, file_args: list[str], *, hold: bool = False
@@ -182,8 +237,7 @@ class BubblewrapSandbox:
                 str(SANDBOX_UID),
                 "--disable-userns",
             ]
-        command += system_binds()
-        command += read_only_binds(self._read_only)
+        command += self._binds
 
         def tmpfs(path: str, mode: str) -> list[str]:
             return ["--size", str(limits.disk_bytes), "--perms", mode, "--tmpfs", path]
@@ -238,6 +292,33 @@ class BubblewrapSandbox:
         Raises:
             TaskError: if a file name would escape the work dir.
         """
+        full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+        if self._prestarter is not None:
+            dirs: list[str] = []
+            named: list[tuple[str, bytes]] = []
+            for name, content in (files or {}).items():
+                relative = safe_relative(name)  # raises before a sandbox is taken
+                for parent in reversed(relative.parents[:-1]):
+                    if str(parent) not in dirs:
+                        dirs.append(str(parent))
+                named.append((str(relative), content))
+            ready = self._prestarter.take(limits)
+            if ready is not None:
+                job = Job(list(argv), full_env, dirs, named, stdin, want_report)
+                result = await self._prestarter.run(ready, job, limits)
+                if result is not None:
+                    return result
+        return await self._run_cold(argv, stdin, files, limits, full_env, want_report)
+
+    async def _run_cold(
+        self,
+        argv: Sequence[str],
+        stdin: bytes,
+        files: Mapping[str, bytes] | None,
+        limits: Limits,
+        full_env: Mapping[str, str],
+        want_report: bool,
+    ) -> RunResult:
         fd_map: dict[int, int] = {}
         file_args: list[str] = ["--seccomp", str(_SECCOMP_FD)]
         dirs: set[str] = set()
@@ -257,7 +338,6 @@ class BubblewrapSandbox:
                     str(_FIRST_FILE_FD + offset),
                     f"{WORK_DIR}/{relative}",
                 ]
-            full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
             return await run_contained(
                 self._argv(argv, limits, file_args, hold=True),
                 hold_fds=(_INFO_FD, _BLOCK_FD),
@@ -268,18 +348,7 @@ class BubblewrapSandbox:
                 fd_map=fd_map,
                 want_report=want_report,
                 shifted_signals=True,
-                enforcement={
-                    "network": "network namespace"
-                    + (
-                        " + seccomp: no Internet sockets"
-                        if limits.network == "none"
-                        else " (loopback only)"
-                    ),
-                    "syscalls": f"seccomp: {len(BLOCKED_SYSCALLS)} calls and namespace "
-                    "flags refused",
-                    "disk_bytes": "tmpfs size",
-                    "reclaim": "pid namespace: every process dies with the run",
-                },
+                enforcement=self._enforcement(limits),
             )
         except TaskError:
             raise

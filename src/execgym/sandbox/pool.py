@@ -362,7 +362,7 @@ class WarmPoolSandbox:
             return sandbox_error(self.name, f"the warm pool could not run it: {error}")
         finally:
             if cgroup is not None:
-                cgroup.remove()
+                cgroup.remove_soon()
 
     async def _run_forked(
         self,
