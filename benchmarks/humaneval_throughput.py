@@ -4,7 +4,11 @@ Three ways, in alternating rounds so that their ratios are measured under the sa
 machine load, each with the same interpreter and flags and the same number of programs
 at once:
 
-- plain: ``subprocess.run`` of prompt + solution + tests + check, unsandboxed;
+- plain: ``subprocess.run`` of prompt + solution + tests + check, unsandboxed, with the
+  sandbox's interpreter and flags (``-I -S``: no site-packages, the fastest start);
+- plain, default flags: the same with ``sys.executable`` and no flags, as a harness
+  that calls ``subprocess.run([sys.executable, ...])`` runs it (shown for reference;
+  the ratios are to the first);
 - bwrap: a fresh bubblewrap sandbox per rollout;
 - bwrap + warm pool: each rollout forked from the warm pool's zygote into fresh
   namespaces (same isolation as a fresh sandbox).
@@ -52,8 +56,8 @@ def warm_pool(tasks, workers: int) -> float:
     return asyncio.run(run())
 
 
-def plain(tasks, workers: int) -> float:
-    argv = python_command("-")
+def plain(tasks, workers: int, argv: list[str] | None = None) -> float:
+    argv = argv or python_command("-")
 
     def one(task) -> bool:
         program = (
@@ -86,7 +90,12 @@ def main() -> None:
         f"{' '.join(python_command('x')[1:-1])}; {args.workers} at once; {len(tasks)} tasks; "
         f"{args.rounds} rounds"
     )
-    ways = {"plain subprocess.run": plain, "bwrap": fresh_bwrap, "bwrap + warm pool": warm_pool}
+    ways = {
+        "plain subprocess.run": plain,
+        "plain, default flags": lambda tasks, workers: plain(tasks, workers, [sys.executable, "-"]),
+        "bwrap": fresh_bwrap,
+        "bwrap + warm pool": warm_pool,
+    }
     figures: dict[str, list[float]] = {name: [] for name in ways}
     for round_no in range(1, args.rounds + 1):
         for name, way in ways.items():
