@@ -52,7 +52,7 @@ async def test_rlimits_are_set_before_the_program_runs() -> None:
 
     out_read, out_write = os.pipe()
     code = "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE))"
-    spec = spec_for(code, rlimits=[(resource.RLIMIT_NOFILE, 77)])
+    spec = spec_for(code, rlimits=[(resource.RLIMIT_NOFILE, 77, 77)])
     try:
         pid = await spawn(spec, {}, stdout=out_write, stderr=2, stdin=None)
     finally:

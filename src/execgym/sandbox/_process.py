@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from execgym.sandbox._cgroup import RunCgroup
+from execgym.sandbox._proctree import tree_cpu_time_s
 from execgym.sandbox._supervise import Supervisor
 
 REPORT_FD = 3
@@ -40,7 +41,7 @@ class ProcessSpec:
         env: The complete environment of the child (nothing is inherited).
         stdin: Bytes for stdin, served from an in-memory file; empty means ``/dev/null``.
         cwd: Working directory of the child on the host side (``None``: unchanged).
-        rlimits: ``(resource, value)`` pairs applied in the child before exec.
+        rlimits: ``(resource, soft, hard)`` applied in the child before exec.
         cgroup: The run's cgroup, joined by the child before exec.
         fd_map: ``{fd in child: fd in parent}`` for extra inherited descriptors.
         want_report: Open a pipe on fd 3 in the child and collect what it writes.
@@ -62,7 +63,7 @@ class ProcessSpec:
     cpu_time_s: float
     max_output_bytes: int
     cwd: str | None = None
-    rlimits: Sequence[tuple[int, int]] = ()
+    rlimits: Sequence[tuple[int, int, int]] = ()
     cgroup: RunCgroup | None = None
     fd_map: Mapping[int, int] = field(default_factory=dict)
     want_report: bool = False
@@ -138,8 +139,8 @@ def _make_preexec(spec: ProcessSpec, fd_map: dict[int, int]) -> Callable[[], Non
         for target, src in parked.items():
             os.dup2(src, target, inheritable=True)
             os.close(src)
-        for kind, value in rlimits:  # last: RLIMIT_NOFILE would forbid the moves above
-            resource.setrlimit(kind, (value, value))
+        for kind, soft, hard in rlimits:  # last: RLIMIT_NOFILE would forbid the moves above
+            resource.setrlimit(kind, (soft, hard))
 
     return preexec
 
@@ -254,8 +255,8 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> int:
         if spec.cgroup is not None:
             spec.cgroup.add(members[-1])
         for member in members:
-            for kind, value in spec.rlimits:
-                resource.prlimit(member, kind, (value, value))
+            for kind, soft, hard in spec.rlimits:
+                resource.prlimit(member, kind, (soft, hard))
         os.write(hold_write, b"\n")
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
@@ -325,32 +326,6 @@ def _reclaim_spawned(cgroup: RunCgroup | None) -> Callable[[asyncio.Future[int]]
             os.waitpid(pid, 0)
 
     return reclaim
-
-
-def tree_cpu_time_s(root: int) -> float:
-    """CPU seconds used so far by ``root`` and every descendant, read from ``/proc``.
-
-    Counts each live process's user + system time and what its reaped children used.
-    Used only where no cgroup measures the tree; a process that cannot be read (gone,
-    or owned by another user) counts as 0.
-    """
-    ticks = os.sysconf("SC_CLK_TCK")
-    total, pending, seen = 0, [root], set()
-    while pending:
-        pid = pending.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-                    pending.extend(int(child) for child in handle.read().split())
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / ticks
 
 
 def _kill_tree(pid: int, cgroup: RunCgroup | None) -> None:
@@ -426,8 +401,10 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
     pid = launched.pid
     sampled_cpu_s = [0.0]
 
+    measured = spec.cgroup is not None and spec.cgroup.measures_cpu
+
     def kill() -> None:
-        if spec.cgroup is None or not spec.cgroup.measures_cpu:
+        if not measured:
             # Killed processes are never reaped into rusage: read their clocks first.
             sampled_cpu_s[0] = tree_cpu_time_s(pid)
         _kill_tree(pid, spec.cgroup)
@@ -444,6 +421,7 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
             wall_time_s=spec.wall_time_s,
             cpu_time_s=spec.cpu_time_s,
             cgroup=spec.cgroup,
+            sample_cpu=None if measured else (lambda: tree_cpu_time_s(pid)),
         )
         _, wait_status, usage = os.wait4(pid, 0)
         reaped = True
@@ -463,7 +441,7 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         wait_status=wait_status,
         wall_time_s=ended - started,
         cgroup=spec.cgroup,
-        rusage_cpu_s=max(usage.ru_utime + usage.ru_stime, sampled_cpu_s[0]),
+        rusage_cpu_s=max(usage.ru_utime + usage.ru_stime, sampled_cpu_s[0], watcher.sampled_cpu_s),
         rusage_peak_bytes=usage.ru_maxrss * 1024,
     )
 

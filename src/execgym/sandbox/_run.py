@@ -32,7 +32,8 @@ def enforcement_of(
     *,
     apply_rlimits: bool = True,
     backend: Mapping[str, str] | None = None,
-) -> tuple[list[tuple[int, int]], dict[str, str]]:
+    polls_tree: bool = True,
+) -> tuple[list[tuple[int, int, int]], dict[str, str]]:
     """The rlimits of a run and how each of its limits is enforced.
 
     Args:
@@ -40,19 +41,23 @@ def enforcement_of(
         cgroup: Its cgroup, with ``limits`` applied, or ``None``.
         apply_rlimits: Whether the rlimits will be set (see :func:`run_contained`).
         backend: How the backend itself enforces limits (network, disk...).
+        polls_tree: Without a cgroup measuring CPU, the supervisor samples the whole
+            tree's CPU time from ``/proc`` (the launcher is our child) and enforces
+            ``cpu_time_s`` on it; ``False`` where it cannot (the warm pool's runs).
 
     Returns:
-        ``([(resource, value), ...], {limit name: how it is enforced})``.
+        ``([(resource, soft, hard), ...], {limit name: how it is enforced})``.
     """
     cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
     rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
     if not apply_rlimits:
         rlimits, rlimit_enforced = [], dict.fromkeys(rlimit_enforced, "not enforced")
-    measured = (
-        {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
-        if (cgroup and cgroup.measures_cpu)
-        else {}
-    )
+    if cgroup and cgroup.measures_cpu:
+        measured = {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
+    elif polls_tree and apply_rlimits:
+        measured = {"cpu_time_s": "whole tree sampled from /proc + rlimit (per process)"}
+    else:
+        measured = {}
     how = {
         "wall_time_s": "timer + kill of the whole tree",
         "max_output_bytes": "capture cap + kill",

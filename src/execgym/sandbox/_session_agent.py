@@ -7,7 +7,7 @@ last argument), each a JSON header plus descriptors:
   per file: name size (4 bytes), name, size (8 bytes), content);
 - ``{"op": "read", "id": n, "name": str, "max_bytes": int}``: answered with the file's
   bytes in an in-memory file passed back;
-- ``{"op": "run", "id": n, "argv": [...], "env": {...}, "rlimits": [[kind, value]...]}``
+- ``{"op": "run", "id": n, "argv": [...], "env": {...}, "rlimits": [[kind, soft, hard]...]}``
   + [stdin, stdout, stderr, report?]: start the command in its own session (process
   group) with those descriptors on fds 0-3; answered ``{"id", "started": pid}``, then
   ``{"id", "status": wait status}`` when it ends;
@@ -72,8 +72,8 @@ def start(header, fds):
     def prepare():
         if report is not None:
             os.dup2(report, 3, inheritable=True)
-        for kind, value in rlimits:
-            resource.setrlimit(kind, (value, value))
+        for kind, soft, hard in rlimits:
+            resource.setrlimit(kind, (soft, hard))
 
     return subprocess.Popen(
         header["argv"],

@@ -58,6 +58,7 @@ class Supervisor:
         self._loop = asyncio.get_running_loop()
         self._kill = kill
         self.killed_for: str | None = None
+        self.sampled_cpu_s = 0.0
         self.captures = {
             "stdout": Capture(max_output_bytes),
             "stderr": Capture(max_output_bytes),
@@ -100,10 +101,19 @@ class Supervisor:
         wall_time_s: float,
         cpu_time_s: float,
         cgroup: RunCgroup | None,
+        sample_cpu: Callable[[], float] | None = None,
     ) -> None:
-        """Return once ``exited`` is done, killing the run first if a clock runs out."""
+        """Return once ``exited`` is done, killing the run first if a clock runs out.
+
+        The CPU clock is the cgroup's when it measures CPU; otherwise, with
+        ``sample_cpu`` (seconds used so far by the whole tree, read from ``/proc``), it
+        is sampled every ``CPU_POLL_S`` and the largest figure is kept in
+        :attr:`sampled_cpu_s`: processes killed or never reaped into rusage still count.
+        """
         deadline = started + wall_time_s
-        measures_cpu = cgroup is not None and cgroup.measures_cpu
+        if cgroup is not None and cgroup.measures_cpu:
+            sample_cpu = cgroup.cpu_time_s  # type: ignore[assignment]
+        measures_cpu = sample_cpu is not None
         while not exited.done():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -113,8 +123,10 @@ class Supervisor:
             # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a
             # cancellation (Ctrl-C) that arrives as the process exits.
             await asyncio.wait({exited}, timeout=step)
-            if measures_cpu and cgroup is not None and not exited.done():
-                used = cgroup.cpu_time_s()
+            if sample_cpu is not None and not exited.done():
+                used = sample_cpu()
+                if used is not None:
+                    self.sampled_cpu_s = max(self.sampled_cpu_s, used)
                 if used is not None and used >= cpu_time_s:
                     self.kill_for("cpu_time_s")
                     break

@@ -12,7 +12,7 @@ dump, written by the host and ended by EOF, of a dict with
   (names already checked by the host to stay inside it);
 - ``stdin``: bytes for stdin (empty: ``/dev/null``);
 - ``report``: whether fd 3 (the report channel) stays open for the program;
-- ``rlimits``: ``(resource, value)`` pairs.
+- ``rlimits``: ``(resource, soft, hard)``.
 
 It writes the files, puts stdin in place, closes every descriptor but 0-2 (and 3 when
 the program wants the report channel), sets the rlimits and ``execve``\ s the program,
@@ -76,10 +76,10 @@ def main():
     os.closerange(keep, 1 << 16)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     used_s = int(usage.ru_utime + usage.ru_stime) + 1
-    for kind, value in job["rlimits"]:
+    for kind, soft, hard in job["rlimits"]:
         if kind == resource.RLIMIT_CPU:
-            value += used_s
-        resource.setrlimit(kind, (value, value))
+            soft, hard = soft + used_s, hard + used_s
+        resource.setrlimit(kind, (soft, hard))
     argv, env = job["argv"], job["env"]
     program = find(argv[0], env.get("PATH", "/usr/bin:/bin"))
     try:

@@ -20,7 +20,8 @@ on some kernels) while earlier runs execute, then waits, with no job and no untr
 code, until a job naming ``"staged": slot`` arrives; it then goes on from step 2.
 
 The zygote itself never reads a job's contents (they stay in the passed descriptors),
-so no rollout can find another's program, tests or nonce in memory it inherits. It
+so no rollout can find another's program, tests or nonce in memory it inherits. The
+pool prepends :mod:`execgym.sandbox._proctree` (``tree_cpu_time_s``) to this source. It
 reports ``{"run": id, "status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
 a child ends, and kills a run's process on ``{"kill": id}``.
 """
@@ -210,8 +211,8 @@ def become_program(header, fds, seccomp):
         os.chown("/work", header["uid"], header["uid"])
     write_files(files)
     os.closerange(4, 65536)
-    for kind, value in header["rlimits"]:
-        resource.setrlimit(kind, (value, value))
+    for kind, soft, hard in header["rlimits"]:
+        resource.setrlimit(kind, (soft, hard))
     for cap in range(64):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     if header["uid"] is not None:
@@ -346,6 +347,7 @@ def serve():
     runs = {}  # pid -> (run id or None while staged, reused network namespace or None)
     staged = {}  # slot id -> (pid of a staged init, socket to send it its job)
     networks = NetworkNamespaces()
+    killed_cpu = {}  # pid -> CPU seconds its tree had used when we killed it
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -355,7 +357,7 @@ def serve():
         readable, _, _ = select.select([control, wake_read], [], [])
         if wake_read in readable:
             os.read(wake_read, 4096)
-            reap(control, runs, networks, staged)
+            reap(control, runs, networks, staged, killed_cpu)
         if control in readable:
             message, fds = receive(control)
             if not message:
@@ -367,6 +369,7 @@ def serve():
             if "kill" in header:
                 for pid, (run, _) in runs.items():
                     if run == header["kill"]:
+                        killed_cpu[pid] = tree_cpu_time_s(pid)  # noqa: F821 (from _proctree.py)  # lost from rusage once killed
                         os.kill(pid, signal.SIGKILL)
                 continue
             if "stage" in header:
@@ -396,7 +399,7 @@ def serve():
             runs[pid] = (header["run"], network)
             for fd in fds:
                 os.close(fd)
-            reap(control, runs, networks, staged)
+            reap(control, runs, networks, staged, killed_cpu)
 
 
 def stage(header, control, seccomp, runs, staged):
@@ -416,7 +419,7 @@ def stage(header, control, seccomp, runs, staged):
     runs[pid] = (None, None)
 
 
-def reap(control, runs, networks, staged):
+def reap(control, runs, networks, staged, killed_cpu):
     while runs:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -437,7 +440,7 @@ def reap(control, runs, networks, staged):
                     {
                         "run": run,
                         "status": status,
-                        "cpu_s": usage.ru_utime + usage.ru_stime,
+                        "cpu_s": max(usage.ru_utime + usage.ru_stime, killed_cpu.pop(pid, 0.0)),
                         "maxrss_kb": usage.ru_maxrss,
                     }
                 ).encode()

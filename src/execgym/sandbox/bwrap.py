@@ -173,7 +173,7 @@ class BubblewrapSandbox:
                 ),
                 python_command("x")[:-1],
                 prestart,
-                self._enforcement,
+                self.enforcement,
             )
             atexit.register(self._prestarter.close_now)
 
@@ -200,7 +200,8 @@ class BubblewrapSandbox:
         await self._prestarter.fill(limits)
         return self._prestarter.has_ready(limits)
 
-    def _enforcement(self, limits: Limits) -> dict[str, str]:
+    def enforcement(self, limits: Limits) -> dict[str, str]:
+        """How this backend enforces network, syscall, disk and reclaim limits."""
         network = "network namespace" + (
             " + seccomp: no Internet sockets" if limits.network == "none" else " (loopback only)"
         )
@@ -348,7 +349,7 @@ class BubblewrapSandbox:
                 fd_map=fd_map,
                 want_report=want_report,
                 shifted_signals=True,
-                enforcement=self._enforcement(limits),
+                enforcement=self.enforcement(limits),
             )
         except TaskError:
             raise

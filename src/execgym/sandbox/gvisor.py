@@ -115,8 +115,8 @@ def _tmpfs(destination: str, mode: str, size: int) -> dict[str, Any]:
     return {"destination": destination, "type": "tmpfs", "source": "tmpfs", "options": options}
 
 
-def _rlimit(kind: str, value: int) -> dict[str, Any]:
-    return {"type": kind, "hard": value, "soft": value}
+def _rlimit(kind: str, value: int, hard: int | None = None) -> dict[str, Any]:
+    return {"type": kind, "hard": value if hard is None else hard, "soft": value}
 
 
 def _seccomp(network: str) -> dict[str, Any]:
@@ -218,6 +218,7 @@ class GVisorSandbox:
         self, command: list[str], env: Mapping[str, str], limits: Limits, mounts: list[Any]
     ) -> dict[str, Any]:
         size = limits.disk_bytes
+        cpu_s = math.ceil(limits.cpu_time_s) + 1
         rlimits = [
             _rlimit("RLIMIT_NOFILE", limits.max_open_files),
             _rlimit("RLIMIT_FSIZE", limits.max_file_bytes),
@@ -225,7 +226,7 @@ class GVisorSandbox:
             _rlimit("RLIMIT_CORE", 0),
             # Set as under bwrap, so it cannot be raised; but this gVisor (2022-12) does
             # not enforce it: the cgroup's CPU clock does.
-            _rlimit("RLIMIT_CPU", math.ceil(limits.cpu_time_s) + 1),
+            _rlimit("RLIMIT_CPU", cpu_s, cpu_s + 1),
         ]
         if _cgroup.detect_cgroups().version is None:  # nothing else limits memory then
             rlimits.append(_rlimit("RLIMIT_AS", limits.memory_bytes))

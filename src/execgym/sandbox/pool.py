@@ -44,9 +44,8 @@ from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._process import memfd_with, outcome_of
 from execgym.sandbox._python import python_command
 from execgym.sandbox._results import interpret, sandbox_error
-from execgym.sandbox._rlimits import rlimits_for
-from execgym.sandbox._run import BASE_ENV
-from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
+from execgym.sandbox._run import BASE_ENV, enforcement_of
+from execgym.sandbox._seccomp import seccomp_program
 from execgym.sandbox._supervise import Supervisor
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import (
@@ -164,7 +163,9 @@ class WarmPoolSandbox:
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", WORK_DIR]
         for key, parent in detect_cgroups().parents.items():
             argv += ["--bind", str(parent), f"{_CGROUP_MOUNT}/{key}"]
-        source = resources.files("execgym.sandbox").joinpath("_zygote.py").read_text()
+        package = resources.files("execgym.sandbox")
+        source = package.joinpath("_proctree.py").read_text()
+        source += package.joinpath("_zygote.py").read_text()
         return [
             *argv,
             "--chdir",
@@ -376,8 +377,9 @@ class WarmPoolSandbox:
         slot: int | None,
     ) -> RunResult:
         loop = asyncio.get_running_loop()
-        cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
-        rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
+        rlimits, how = enforcement_of(
+            limits, cgroup, backend=self._fresh.enforcement(limits), polls_tree=False
+        )
         names = ("stdout", "stderr", "report") if want_report else ("stdout", "stderr")
         pipes = {name: os.pipe() for name in names}
         given = [
@@ -455,26 +457,7 @@ class WarmPoolSandbox:
             rusage_cpu_s=body["cpu_s"],
             rusage_peak_bytes=body["maxrss_kb"] * 1024,
         )
-        how = {
-            "wall_time_s": "timer + kill of the whole tree",
-            "max_output_bytes": "capture cap + kill",
-            **rlimit_enforced,
-            **(
-                {"cpu_time_s": f"cgroup-v{cgroup.version} (whole tree)"}
-                if cgroup and cgroup.measures_cpu
-                else {}
-            ),
-            **cgroup_enforced,
-            "network": "network namespace"
-            + (
-                " + seccomp: no Internet sockets"
-                if limits.network == "none"
-                else " (loopback only)"
-            ),
-            "syscalls": f"seccomp: {len(BLOCKED_SYSCALLS)} calls and namespace flags refused",
-            "disk_bytes": "tmpfs size",
-            "reclaim": "pid namespace per run, forked from the warm pool's zygote",
-        }
+        how["reclaim"] = "pid namespace per run, forked from the warm pool's zygote"
         return interpret(
             outcome,
             isolation=self.name,

@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 import json
 import os
+import resource
 import socket
 import subprocess
 import time
@@ -90,7 +91,7 @@ class Session:
             self.limits, cgroup_enforced=dict(self._cgroup.enforced) if self._cgroup else {}
         )
         # CPU time is limited per command by the agent; the session itself lives long.
-        rlimits = [(kind, value) for kind, value in rlimits if kind != 0]
+        rlimits = [limit for limit in rlimits if limit[0] != resource.RLIMIT_CPU]
         agent = resources.files("execgym.sandbox").joinpath("_session_agent.py").read_text()
         argv = box._argv(
             [*python_command("-c")[:-1], "-c", agent, str(_CONTROL_FD)],
