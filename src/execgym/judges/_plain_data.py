@@ -436,6 +436,7 @@ class Solution:
         self.dumps, self.loads = codec
         self.send, _, self.receive = frames
         self.calls = 0
+        self.errors = {}  # exception classes by name, beside the builtin ones, for rebuild
         self.problem = None  # (verdict, type, message, traceback, hack) once it went wrong
         self.cpu_s = self.maxrss_kb = self.status = None
 
@@ -446,6 +447,7 @@ class Solution:
         killed and the request fails with verdict ``timeout`` (the backstop of a
         per-call limit the solution might have disarmed).
         """
+        __tracebackhide__ = True  # pytest (proxy mode) leaves these frames out of reports
         if self.problem is not None:  # it failed before: every later call fails too
             raise (Tampered if self.problem[0] == "tampered" else SolutionAborted)(self.problem[2])
         try:
@@ -498,10 +500,11 @@ class Solution:
 
     def rebuild(self, answer):
         """Raise the solution's exception in the harness: a builtin one, or SolutionError."""
+        __tracebackhide__ = True
         _, name, detail, trace, _ = (str(field) for field in answer)
         if answer[4] is not False:  # SystemExit, KeyboardInterrupt...: the tests stop
             self.fail("error", name, detail, trace)
-        found = BUILTINS.get(name)
+        found = self.errors.get(name) or BUILTINS.get(name)
         if isinstance(found, type) and issubclass(found, Exception):
             error = found(detail)
         else:
@@ -510,6 +513,7 @@ class Solution:
         raise error
 
     def fail(self, verdict, name, message, trace="", hack=None):
+        __tracebackhide__ = True
         self.problem = (verdict, name, message, trace, hack)
         raise (Tampered if verdict == "tampered" else SolutionAborted)(message)
 

@@ -1,17 +1,37 @@
-"""The pytest harness, run INSIDE the sandbox.
+# ruff: noqa: F821 - run after execgym.judges._plain_data, whose names it uses
+"""The pytest harness, run INSIDE the sandbox, in one of two modes.
 
-Protocol: it writes ``START_MARKER`` to fd 3 first. stdin holds one line
-``EXECGYM-PYTEST1 <nonce> <site-packages dir> <stop at first failure: 0|1>`` followed by
-the test file names, one a line; fd 0 is then put on ``/dev/null``. It imports pytest
-from the given site-packages (with plugin autoloading off, so only pytest's own plugins
-load) before any file of the solution can be imported, remembers the functions that
-make and log test reports and ``unittest.TestCase``'s assertions, runs the tests with a
-plugin that records every collection error and every test's outcome, and writes one
-report to fd 3: the nonce on a line, then a JSON object ``{"exit_code", "tests":
-[{"name", "outcome", "message"}], "collection_errors": [{"name", "message"}],
-"tampered"}``. ``tampered`` is true when
-the solution replaced one of them while it ran. If pytest cannot be imported (before
-any solution code exists), the report is ``{"harness_error": ...}`` instead.
+Protocol: it writes ``START_MARKER`` to fd 3 and makes itself non-dumpable first.
+stdin holds the job in two parts, each a 10-digit length then that many bytes. Part
+one is ``<mode> <site-packages dir> <stop at first failure: 0|1>`` and then the
+rollout's Python files, one a line. In mode ``proxy`` the harness forks the
+**solution process** now (no report channel, stdin ``/dev/null``), before it reads part
+two, ``<nonce>`` and the test file names, one a line. fd 0 is then put on
+``/dev/null``. It imports pytest from the given site-packages (plugin autoloading off,
+so only pytest's own plugins load), runs the tests with a plugin that records every
+collection error and every test's outcome, and writes one report to fd 3: the nonce on
+a line, then a JSON object ``{"mode", "exit_code", "tests": [{"name", "outcome",
+"message"}], "collection_errors": [{"name", "message"}], "tampered", "hack"}``. If
+pytest cannot be imported, the report is ``{"harness_error": ...}`` instead.
+
+Mode ``proxy``: pytest and the tests run in the harness, and the rollout's modules are
+never executed there. Importing one gives a proxy module built from the module's
+*parsed* source (never run): its top-level names, its literal constants (bound as
+values) and its exception classes (local classes of the same names and builtin bases,
+so ``pytest.raises(solution.MyError)`` works). Every other name is a :class:`Remote`
+that forwards calls, attribute reads, ``len``, ``iter``, ``next``, indexing, ``in``,
+``bool``, ``str``, ``int`` and ``float`` to the solution process as plain data; results
+come back as plain data, or as handles (new remotes) for other objects. The solution
+process imports the rollout's modules only when pytest has finished collecting, so the
+rollout's code first runs after every test module, conftest and plugin was loaded from
+disk. Comparing a remote object with ``==`` is identity, never the solution's
+``__eq__``. A result subclassing a builtin type (an always-equal ``str``), or a forged
+answer on the pipe, is ``tampered``.
+
+Mode ``in_process``: pytest and the rollout share this process, as tests that need the
+rollout's real objects require. The harness remembers the functions that make and log
+test reports and ``unittest.TestCase``'s assertions, and ``tampered`` says whether the
+solution replaced one of them.
 """
 
 import contextlib
@@ -19,19 +39,390 @@ import os
 import sys
 
 START_MARKER = b"EXECGYM-START\n"
+HANDLE = "\x00execgym-handle"
+OPERATIONS = ("len", "iter", "next", "bool", "str", "int", "float", "getitem", "contains")
+
+
+def module_server(libraries, commands, answers):
+    """The solution's side in proxy mode: import modules and serve requests until EOF.
+
+    It sees the same site-packages as the tests (``libraries``), like a rollout run in
+    mode ``in_process``.
+    """
+    import importlib
+    import operator
+
+    exit_now, loads = os._exit, make_codec()[1]
+    receive = make_frames(os.read, os.write)[2]
+    answer, raised, reply, flush = make_answerer(answers, {})
+    objects, plain_types = {}, (str, bytes, int, float, complex, list, tuple, set, frozenset, dict)
+    builtin_ops = {
+        "len": len,
+        "iter": iter,
+        "next": next,
+        "bool": bool,
+        "str": str,
+        "int": int,
+        "float": float,
+        "getitem": operator.getitem,
+        "contains": operator.contains,
+    }
+    scalars = (type(None), bool, int, float, complex, str, bytes)
+    sys.path.insert(0, os.getcwd())
+
+    offender = [None]
+
+    def export(value, depth=0):
+        kind = type(value)
+        if kind in scalars:
+            return value
+        if depth > MAX_DEPTH:
+            raise RecursionError("nested too deep")
+        if kind in (list, tuple, set, frozenset):
+            return kind(export(item, depth + 1) for item in value)
+        if kind is dict:
+            return {export(k, depth + 1): export(v, depth + 1) for k, v in value.items()}
+        plain = as_plain(value, kind)
+        if plain is not None:
+            return export(plain, depth + 1)
+        if issubclass(kind, plain_types):
+            offender[0] = value
+            raise Refused(kind)
+        objects[len(objects)] = value
+        return (HANDLE, len(objects) - 1, kind.__name__)
+
+    def unwrap(value):
+        kind = type(value)
+        if kind is tuple and len(value) == 2 and value[0] == HANDLE:
+            return objects[value[1]]
+        if kind in (list, tuple, set, frozenset):
+            return kind(unwrap(item) for item in value)
+        if kind is dict:
+            return {unwrap(k): unwrap(v) for k, v in value.items()}
+        return value
+
+    def resolve(root, path):
+        found = sys.modules[root[1]] if root[0] == "module" else objects[root[1]]
+        for name in path:
+            found = getattr(found, name)
+        return found
+
+    while True:
+        message = receive(commands)
+        if message is None:
+            flush()
+            exit_now(0)
+        request = loads(message)
+        try:
+            if request[0] == "import":
+                for name in request[1]:
+                    importlib.import_module(name)
+                answer("loaded")
+                continue
+            target = resolve(request[1], request[2])
+            if request[0] == "call":
+                result = target(*unwrap(request[3]), **unwrap(request[4]))
+            elif request[0] == "op":
+                result = builtin_ops[request[3]](target, *unwrap(request[4]))
+            else:
+                result = target
+            exported = export(result)
+        except Refused:
+            hack, why = describe_refusal(offender[0])
+            answer("refused", hack, "the solution returned " + why)
+            continue
+        except BaseException as error:
+            raised(error)
+            continue
+        reply(exported)
+
+
+class Remote:
+    """The harness's stand-in for an object that lives in the solution process."""
+
+    __slots__ = ("_path", "_root", "_server")
+    __hash__ = object.__hash__
+
+    def __init__(self, server, root, path=()):
+        object.__setattr__(self, "_server", server)
+        object.__setattr__(self, "_root", root)
+        object.__setattr__(self, "_path", tuple(path))
+
+    def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        return self._server.request("call", self._root, self._path, list(args), kwargs)
+
+    def __getattr__(self, name):
+        __tracebackhide__ = True
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # introspection (inspect, pytest) stays local
+        return self._server.request("get", self._root, (*self._path, name))
+
+    def __setattr__(self, name, value):
+        raise TypeError("proxy mode: the tests cannot set attributes of the rollout's objects")
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        if not self._path or isinstance(other, Remote):
+            return NotImplemented  # identity: the solution's __eq__ never decides
+        value = self._server.request("get", self._root, self._path)
+        return NotImplemented if isinstance(value, Remote) else value == other
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __repr__(self):
+        where = self._root[1] if self._root[0] == "module" else "object %d" % self._root[1]
+        return "<remote %s>" % ".".join([str(where), *self._path])
+
+    def _op(self, name, *args):
+        __tracebackhide__ = True
+        return self._server.request("op", self._root, self._path, name, list(args))
+
+    def __len__(self):
+        return self._op("len")
+
+    def __iter__(self):
+        return self._op("iter")
+
+    def __next__(self):
+        return self._op("next")
+
+    def __bool__(self):
+        return self._op("bool")
+
+    def __str__(self):
+        return self._op("str")
+
+    def __int__(self):
+        return self._op("int")
+
+    def __float__(self):
+        return self._op("float")
+
+    def __getitem__(self, key):
+        return self._op("getitem", key)
+
+    def __contains__(self, item):
+        return self._op("contains", item)
+
+
+class ModuleServer:
+    """The harness's side of proxy mode: the solution process and the proxy modules."""
+
+    def __init__(self, files, libraries, codec, frames):
+        self.modules = {}
+        for name in files:
+            if name.endswith(".py"):
+                parts = name[:-3].split("/")
+                package = parts[-1] == "__init__"
+                parts = parts[:-1] if package else parts
+                for depth in range(1, len(parts)):  # namespace packages on the way
+                    self.modules.setdefault(".".join(parts[:depth]), (None, True))
+                self.modules[".".join(parts)] = (name, package)
+        self.solution = Solution("", "", codec, frames, module_server, (libraries,))
+        self.dumps = codec[0]
+        self.collected = False
+        self.imported = []
+        self.load_error = None
+
+    def start(self):
+        """Collection is over: import the rollout's modules the tests imported."""
+        __tracebackhide__ = True
+        self.collected = True
+        try:
+            self.solution.request(self.dumps(("import", self.imported)))
+        except BaseException as error:
+            self.load_error = error
+            return error
+        return None
+
+    def request(self, kind, root, path, *rest):
+        __tracebackhide__ = True  # pytest leaves the proxy out of failure reports
+        if not self.collected:
+            raise RuntimeError(
+                "proxy mode: the tests use the rollout's %s while pytest collects them "
+                "(at module level or in a decorator); call it inside a test, or give the "
+                "task pytest_mode 'in_process'" % ".".join([str(root[1]), *path])
+            )
+        if self.load_error is not None:
+            raise self.load_error
+        try:
+            payload = self.dumps((kind, root, list(path), *(self.wrap(v) for v in rest)))
+        except (Refused, RecursionError) as error:
+            raise TypeError(
+                "proxy mode: an argument is not plain data (%s) nor an object of the "
+                "rollout: %s" % (PLAIN, error)
+            ) from None
+        return self.unwrap(self.solution.request(payload)[1])
+
+    def wrap(self, value):
+        kind = type(value)
+        if kind is Remote:
+            if value._path or value._root[0] == "module":
+                value = self.request("get", value._root, value._path)
+                if type(value) is not Remote:
+                    return value
+            return (HANDLE, value._root[1])
+        if kind in (list, tuple, set, frozenset):
+            return kind(self.wrap(item) for item in value)
+        if kind is dict:
+            return {self.wrap(k): self.wrap(v) for k, v in value.items()}
+        return value
+
+    def unwrap(self, value):
+        kind = type(value)
+        if kind is tuple and len(value) == 3 and value[0] == HANDLE:
+            return Remote(self, ("handle", value[1]))
+        if kind in (list, tuple, set, frozenset):
+            return kind(self.unwrap(item) for item in value)
+        if kind is dict:
+            return {self.unwrap(k): self.unwrap(v) for k, v in value.items()}
+        return value
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.modules:
+            return None
+        import importlib.util
+
+        package = self.modules[fullname][1]
+        return importlib.util.spec_from_loader(fullname, self, is_package=package)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        name = module.__name__
+        file_name, package = self.modules[name]
+        if package:
+            module.__path__ = []
+        source = b""
+        if file_name is not None:
+            with open(file_name, "rb") as handle:
+                source = handle.read()
+        names, values, errors, everything = describe_source(source, file_name or name)
+        for key, value in values.items():
+            setattr(module, key, value)
+        for key, base in errors.items():
+            error_class = type(key, (base,), {"__module__": name})
+            setattr(module, key, error_class)
+            self.solution.errors[key] = error_class
+        server, root = self, ("module", name)
+
+        def missing(attribute):
+            if attribute in names or (everything and not attribute.startswith("__")):
+                return Remote(server, root, (attribute,))
+            raise AttributeError("module %r has no attribute %r" % (name, attribute))
+
+        module.__getattr__ = missing
+        module.__all__ = sorted(n for n in names if not n.startswith("_"))
+        if file_name is not None:
+            self.imported.append(name)
+
+
+def describe_source(source, file_name):
+    """What a module defines, from its parsed source (never run).
+
+    Returns (top-level names, literal constants assigned once, exception classes as
+    {name: builtin base class}, whether names may appear dynamically). A syntax error
+    is raised as is (a collection error, as the real import would give).
+    """
+    import ast
+
+    tree = ast.parse(source, file_name)
+    names, literals, counts, bases = set(), {}, {}, {}
+    everything = any(
+        isinstance(node, ast.Name) and node.id in ("globals", "exec", "vars", "setattr")
+        for node in ast.walk(tree)
+    )
+
+    def bind(target, value=None):
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+                counts[node.id] = counts.get(node.id, 0) + 1
+        if isinstance(target, ast.Name) and value is not None:
+            try:
+                literals[target.id] = ast.literal_eval(value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass
+
+    def base_names(node):
+        return [getattr(base, "id", getattr(base, "attr", "")) for base in node.bases]
+
+    def visit(body):
+        nonlocal everything
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bind(ast.Name(node.name))
+                if isinstance(node, ast.ClassDef):
+                    bases[node.name] = base_names(node)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    bind(target, node.value if len(node.targets) == 1 else None)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                bind(node.target, node.value if isinstance(node, ast.AnnAssign) else None)
+                if isinstance(node, ast.AugAssign):
+                    bind(node.target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        everything = True
+                    else:
+                        names.add(alias.asname or alias.name.split(".")[0])
+                        counts[alias.asname or alias.name] = 2
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                for target in [getattr(node, "target", None)] + [
+                    item.optional_vars for item in getattr(node, "items", ())
+                ]:
+                    if target is not None:
+                        bind(target)
+                        bind(target)
+            for field in ("body", "orelse", "finalbody"):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    visit(getattr(node, field, None) or [])
+            for handler in getattr(node, "handlers", None) or []:
+                visit(handler.body)
+
+    visit(tree.body)
+    errors = {}
+    for _ in range(len(bases) + 1):  # classes deriving from the module's own exceptions
+        for name, base_names in bases.items():
+            for base in base_names:
+                found = errors.get(base) or BUILTINS.get(base)
+                if isinstance(found, type) and issubclass(found, BaseException):
+                    errors[name] = found
+                    break
+    constants = {k: v for k, v in literals.items() if counts.get(k) == 1 and k not in bases}
+    return names, constants, errors, everything
 
 
 def main():
     write, exit_now, text, get, raw = os.write, os._exit, str, getattr, vars
     write(3, START_MARKER)
-    lines = sys.stdin.buffer.read().decode("utf-8").splitlines()
+    setup_error = make_non_dumpable()
+    codec, frames = make_codec(), make_frames(os.read, write)
+    lines = read_part(frames[1]).decode("utf-8").splitlines()
+    mode, libraries, stop_first = lines[0].split(" ")
+    server = ModuleServer(lines[1:], libraries, codec, frames) if mode == "proxy" else None
+    nonce, *test_files = read_part(frames[1]).decode("utf-8").splitlines()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     sys.stdin = open(os.devnull)
-    _, nonce, libraries, stop_first = lines[0].split(" ")
-    test_files = [line for line in lines[1:] if line]
+
+    def finish(body):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        write(3, nonce.encode("ascii") + b"\n" + body.encode("utf-8", "backslashreplace") + b"\n")
+        exit_now(0)
+
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.path.append(libraries)
     try:
+        if setup_error is not None:
+            raise setup_error
         import unittest
 
         import _pytest.nodes
@@ -39,9 +430,7 @@ def main():
         import _pytest.runner
         import pytest
     except BaseException as error:  # before any solution code: our failure, not the model's
-        body = '{"harness_error": "cannot import pytest: ' + type(error).__name__ + '"}'
-        write(3, nonce.encode("ascii") + b"\n" + body.encode("ascii") + b"\n")
-        exit_now(0)
+        finish('{"harness_error": "cannot import pytest: ' + type(error).__name__ + '"}')
 
     watched = (
         (_pytest.reports.TestReport, "from_item_and_call"),
@@ -68,9 +457,22 @@ def main():
         return "{" + ", ".join(string(k) + ": " + string(v) for k, v in fields) + "}"
 
     class Recorder:
+        def pytest_sessionstart(self, session):
+            if server is not None:  # before pytest's assertion-rewriting import hook
+                sys.meta_path.remove(server)
+                sys.meta_path.insert(0, server)
+
         def pytest_collectreport(self, report):
             if report.failed:
                 errors.append((report.nodeid or "<session>", text(report.longreprtext)[-4000:]))
+
+        def pytest_collection_finish(self, session):
+            if server is not None:
+                error = server.start()
+                if error is not None:
+                    trace = get(error, "execgym_solution", ("", "", ""))[2]
+                    message = trace or "%s: %s" % (type(error).__name__, error)
+                    errors.append(("<rollout modules %s>" % ", ".join(server.imported), message))
 
         def pytest_runtest_logreport(self, report):
             outcome = report.outcome
@@ -85,28 +487,34 @@ def main():
 
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), "-o", "addopts="]
     args += ["-x"] if stop_first == "1" else []
-    sys.path.append(os.getcwd())
+    if server is not None:
+        sys.meta_path.insert(0, server)
+    else:
+        sys.path.append(os.getcwd())
     code = pytest.main([*args, *test_files], plugins=[Recorder()])
-    tampered = any(
+    hack = None
+    if server is not None and server.solution.problem is not None:
+        if server.solution.problem[0] == "tampered":
+            hack = server.solution.problem[4] or "tampered"
+    elif server is None and any(
         raw(owner).get(name) is not original
         for (owner, name), original in zip(watched, originals, strict=True)
-    )
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-    body = (
-        '{"exit_code": '
+    ):
+        hack = "patched pytest's report functions"
+    finish(
+        '{"mode": '
+        + string(mode)
+        + ', "exit_code": '
         + text(int(code))
         + ', "tampered": '
-        + ("true" if tampered else "false")
+        + ("true" if hack else "false")
+        + (', "hack": ' + string(hack) if hack else "")
         + ', "tests": ['
         + ", ".join(entry(zip(("name", "outcome", "message"), t, strict=False)) for t in tests)
         + '], "collection_errors": ['
         + ", ".join(entry(zip(("name", "message"), e, strict=False)) for e in errors)
         + "]}"
     )
-    write(3, nonce.encode("ascii") + b"\n" + body.encode("utf-8", "backslashreplace") + b"\n")
-    exit_now(0)
 
 
 main()
