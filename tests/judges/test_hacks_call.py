@@ -12,6 +12,7 @@ import pytest
 
 from execgym import Limits, Rollout, RolloutLine, Scorer, Task, Verdict
 from execgym.limits import MiB
+from tests.judges.hacks import ALWAYS_EQUAL, EARLY_EXITS, FORGED_FRAME, nonce_hunt, score_rollout
 from tests.judges.test_hacks import assert_zero
 
 ADD = Task.model_validate(
@@ -40,49 +41,9 @@ HONEST = {
 }
 FAST = Limits(wall_time_s=3, cpu_time_s=3, memory_bytes=256 * MiB)
 
-NONCE_HUNT = """\
-import gc, os, re, sys
-_hex = re.compile(rb'^[0-9a-f]{32}$')
-
-def _candidates():
-    seen = []
-    f = sys._getframe()
-    while f is not None:
-        seen += list(f.f_locals.values()) + list(f.f_globals.values())
-        f = f.f_back
-    for o in gc.get_objects():
-        if isinstance(o, dict):
-            seen += list(o.values())
-        elif isinstance(o, (list, tuple)):
-            seen += list(o)
-    found = set()
-    for v in seen:
-        if isinstance(v, str):
-            v = v.encode('latin-1', 'replace')
-        if isinstance(v, bytes) and _hex.match(v):
-            found.add(v)
-    return found
-
-def add(a, b):
-    found = _candidates()
-    body = b'{"status": "ok", "results": [{"value": 5}, {"value": 0}, {"value": 8}]}'
-    for nonce in found:
-        for fd in range(3, 64):
-            try:
-                os.write(fd, b'EXECGYM-START\\n' + nonce + b'\\n' + body + b'\\n')
-            except OSError:
-                pass
-    if found:
-        os._exit(0)
-    return 'no-nonce'
-"""
-
 
 async def score(sandbox, completion: str, task: Task = ADD, limits: Limits = FAST):
-    scorer = Scorer(TASKS, sandbox, limits)
-    return await scorer.score_one(
-        RolloutLine(0, Rollout(task_id=task.task_id, completion=completion))
-    )
+    return await score_rollout(TASKS, sandbox, completion, task, limits)
 
 
 @pytest.mark.parametrize("task", list(TASKS.values()), ids=list(TASKS))
@@ -93,7 +54,8 @@ async def test_honest_solutions_of_the_hacked_tasks_score_one(bwrap_sandbox, tas
 
 async def test_frame_and_gc_walk_finds_no_nonce_to_forge_a_report(bwrap_sandbox) -> None:
     """The nonce is nowhere in the solution's process, and fd 3 is closed there."""
-    result = await score(bwrap_sandbox, NONCE_HUNT)
+    body = '{"status": "ok", "results": [{"value": 5}, {"value": 0}, {"value": 8}]}'
+    result = await score(bwrap_sandbox, nonce_hunt(body))
     assert_zero(result)
     assert result.verdict is Verdict.FAILED, result.message
     assert 'got "no-nonce"' in result.message
@@ -124,50 +86,17 @@ async def test_patching_the_harness_encoder_and_report_in_its_own_process(bwrap_
     assert result.verdict in (Verdict.FAILED, Verdict.ERROR), result.message
 
 
-@pytest.mark.parametrize(
-    "completion",
-    [
-        "import os\nos._exit(0)\ndef add(a, b):\n    return 0\n",
-        "import sys\nsys.exit(0)\ndef add(a, b):\n    return 0\n",
-        "import os\n_n = []\ndef add(a, b):\n    _n.append(1)\n"
-        "    if len(_n) == 2:\n        os._exit(0)\n    return a + b\n",
-        "def add(a, b):\n    if a < 0:\n        raise SystemExit(0)\n    return a + b\n",
-        "def add(a, b):\n    raise KeyboardInterrupt\n",
-        "import os, signal\ndef add(a, b):\n    os.killpg(0, signal.SIGKILL)\n",
-        "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n",
-    ],
-    ids=[
-        "os-exit-at-load",
-        "sys-exit-at-load",
-        "os-exit-mid-run",
-        "system-exit-in-a-call",
-        "keyboard-interrupt",
-        "kill-process-group",
-        "kill-the-harness",
-    ],
-)
+@pytest.mark.parametrize("completion", list(EARLY_EXITS.values()), ids=list(EARLY_EXITS))
 async def test_ending_the_run_early(bwrap_sandbox, completion: str) -> None:
     assert_zero(await score(bwrap_sandbox, completion))
 
 
 async def test_exiting_mid_run_fails_the_remaining_cases(bwrap_sandbox) -> None:
-    completion = (
-        "import os\n_n = []\ndef add(a, b):\n    _n.append(1)\n"
-        "    if len(_n) == 2:\n        os._exit(0)\n    return a + b\n"
-    )
-    result = await score(bwrap_sandbox, completion)
+    result = await score(bwrap_sandbox, EARLY_EXITS["os-exit-mid-run"])
     assert result.judgement is not None
     cases = [case["verdict"] for case in result.judgement.details["cases"]]
     assert cases == ["passed", "error", "error"]
     assert "SolutionExited" in result.message
-
-
-ALWAYS_EQUAL = (
-    "class _Any:\n"
-    "    def __eq__(self, other): return True\n"
-    "    def __ne__(self, other): return False\n"
-    "    def __hash__(self): return 0\n"
-)
 
 
 @pytest.mark.parametrize(
@@ -198,13 +127,7 @@ async def test_always_equal_results_are_tampered(bwrap_sandbox, completion: str,
 
 
 async def test_forged_frame_on_the_answer_pipe(bwrap_sandbox) -> None:
-    completion = (
-        "import os, time\n"
-        "def add(a, b):\n"
-        "    os.write(5, (9).to_bytes(8, 'little') + b'passed!!!')\n"
-        "    time.sleep(5)\n"
-    )
-    assert_zero(await score(bwrap_sandbox, completion), tampered="forged answer")
+    assert_zero(await score(bwrap_sandbox, FORGED_FRAME), tampered="forged answer")
 
 
 async def test_disarming_the_case_timer_is_still_a_timeout(bwrap_sandbox) -> None:

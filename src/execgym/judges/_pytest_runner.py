@@ -69,6 +69,7 @@ def module_server(libraries, commands, answers):
     }
     scalars = (type(None), bool, int, float, complex, str, bytes)
     sys.path.insert(0, os.getcwd())
+    sys.path.append(libraries)
 
     offender = [None]
 
@@ -471,7 +472,9 @@ def main():
                 error = server.start()
                 if error is not None:
                     trace = get(error, "execgym_solution", ("", "", ""))[2]
-                    message = trace or "%s: %s" % (type(error).__name__, error)
+                    problem = server.solution.problem
+                    what = problem[1:3] if problem else (type(error).__name__, error)
+                    message = trace or "%s: %s" % what
                     errors.append(("<rollout modules %s>" % ", ".join(server.imported), message))
 
         def pytest_runtest_logreport(self, report):
