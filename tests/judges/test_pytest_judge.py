@@ -280,3 +280,17 @@ async def test_pytest_missing_inside_the_sandbox_is_our_fault() -> None:
     judgement = await judge(bare, "def add(a, b):\n    return a + b\n")
     assert judgement.verdict is Verdict.SANDBOX_ERROR
     assert "cannot import pytest" in judgement.message
+
+
+async def test_a_rollout_module_never_shadows_the_standard_library_in_the_harness(
+    bwrap_sandbox,
+) -> None:
+    """A rollout's ``fractions.py`` is not what the tests get for ``import fractions``."""
+    tests = (
+        "from fractions import Fraction\nfrom solution import add\n\n"
+        "def test_half():\n    assert Fraction(1, 2) + Fraction(1, 2) == add(0, 1)\n"
+    )
+    task = TASK.model_copy(update={"test_files": {"test_half.py": tests}})
+    files = {"fractions.py": "Fraction = lambda *a: 0\n"}
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task, files)
+    assert judgement.verdict is Verdict.PASSED, judgement.message

@@ -284,10 +284,19 @@ class ModuleServer:
         return value
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.modules:
+        if fullname not in self.modules or fullname in sys.builtin_module_names:
             return None
+        import importlib.machinery
         import importlib.util
 
+        if "." not in fullname:
+            # A rollout's ``random.py`` never stands in for the standard library's (or a
+            # site-package's) here, even with the work directory first on sys.path.
+            here = os.getcwd()
+            elsewhere = [p for p in sys.path if os.path.abspath(p or ".") != here]
+            real = importlib.machinery.PathFinder.find_spec(fullname, elsewhere)
+            if real is not None:
+                return real
         package = self.modules[fullname][1]
         return importlib.util.spec_from_loader(fullname, self, is_package=package)
 
