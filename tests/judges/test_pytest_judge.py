@@ -294,3 +294,11 @@ async def test_a_rollout_module_never_shadows_the_standard_library_in_the_harnes
     files = {"fractions.py": "Fraction = lambda *a: 0\n"}
     judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task, files)
     assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+async def test_an_argument_that_cannot_cross_says_how_to_fix_it(bwrap_sandbox) -> None:
+    tests = "from solution import add\n\ndef test_path(tmp_path):\n    assert add(tmp_path, 1)\n"
+    task = TASK.model_copy(update={"test_files": {"test_path.py": tests}})
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task)
+    assert judgement.verdict is Verdict.FAILED
+    assert "str(tmp_path)" in judgement.details["tests"][0]["message"]

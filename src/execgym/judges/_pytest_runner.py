@@ -255,7 +255,8 @@ class ModuleServer:
         except (Refused, RecursionError) as error:
             raise TypeError(
                 "proxy mode: an argument is not plain data (%s) nor an object of the "
-                "rollout: %s" % (PLAIN, error)
+                "rollout: %s; pass plain data (str(tmp_path), not tmp_path) or give the "
+                "task pytest_mode 'in_process'" % (PLAIN, error)
             ) from None
         return self.unwrap(self.solution.request(payload)[1])
 
