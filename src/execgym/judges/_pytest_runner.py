@@ -24,9 +24,9 @@ that forwards calls, attribute reads, ``len``, ``iter``, ``next``, indexing, ``i
 come back as plain data, or as handles (new remotes) for other objects. The solution
 process imports the rollout's modules only when pytest has finished collecting, so the
 rollout's code first runs after every test module, conftest and plugin was loaded from
-disk. Comparing a remote object with ``==`` is identity, never the solution's
-``__eq__``. A result subclassing a builtin type (an always-equal ``str``), or a forged
-answer on the pipe, is ``tampered``.
+disk, and no bytecode cache is read. Comparing a remote object with ``==`` is identity,
+never the solution's ``__eq__``. A result subclassing a builtin type (an always-equal
+``str``), or a forged answer on the pipe, is ``tampered``.
 
 Mode ``in_process``: pytest and the rollout share this process, as tests that need the
 rollout's real objects require. The harness remembers the functions that make and log
@@ -502,6 +502,9 @@ def main():
     args += ["-x"] if stop_first == "1" else []
     if server is not None:
         sys.meta_path.insert(0, server)
+        # No bytecode cache: one the rollout wrote could stand in for a module the tests
+        # import later (no one can create a directory under /proc).
+        sys.dont_write_bytecode, sys.pycache_prefix = True, "/proc/execgym-no-bytecode"
     else:
         sys.path.append(os.getcwd())
     code = pytest.main([*args, *test_files], plugins=[Recorder()])
