@@ -1,4 +1,4 @@
-# ruff: noqa: F821 - run after execgym.judges._plain_data, whose names it uses
+# ruff: noqa: F821 - run after _plain_data and _untrusted, whose names it uses
 r"""The assert-test harness, run INSIDE the sandbox: tests in one process, solution in another.
 
 Protocol:

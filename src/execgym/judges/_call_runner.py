@@ -1,4 +1,4 @@
-# ruff: noqa: F821 - run after execgym.judges._plain_data, whose names it uses
+# ruff: noqa: F821 - run after _plain_data and _untrusted, whose names it uses
 """The function-call harness, run INSIDE the sandbox: the harness and the solution apart.
 
 Protocol:

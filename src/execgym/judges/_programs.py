@@ -1,8 +1,9 @@
 """The scripts the sandbox runs for each harness, built once per process.
 
 Every Python harness is standard library only and ships as one script: the shared
-plain-data module (:mod:`execgym.judges._plain_data`) followed by the harness's own
-source, compiled here and sent marshalled (:func:`marshalled_program`).
+process-boundary modules (:mod:`execgym.judges._plain_data`,
+:mod:`execgym.judges._untrusted`) followed by the harness's own source, compiled here
+and sent marshalled (:func:`marshalled_program`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ def runner_source(name: str) -> bytes:
     return resources.files("execgym.judges").joinpath(name).read_bytes()
 
 
-def with_plain_data(source: bytes) -> bytes:
-    """``source`` preceded by :mod:`execgym.judges._plain_data`, whose names it may use."""
-    return runner_source("_plain_data.py") + b"\n\n" + source
+def with_plain_data(source: bytes, *parts: str) -> bytes:
+    """``source`` preceded by the process-boundary code, whose names it may use.
+
+    That is :mod:`execgym.judges._plain_data`, :mod:`execgym.judges._untrusted`, and
+    then the judges' data files named in ``parts``, in that order.
+    """
+    names = ("_plain_data.py", "_untrusted.py", *parts)
+    return b"\n\n".join([*(runner_source(name) for name in names), source])
 
 
 def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
@@ -45,6 +51,9 @@ def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
 
 
 @functools.cache
-def harness_program(name: str) -> bytes:
-    """The harness ``name`` (``_assert_runner.py``...) with the plain-data code, marshalled."""
-    return marshalled_program(with_plain_data(runner_source(name)), name)
+def harness_program(name: str, *parts: str) -> bytes:
+    """The harness ``name`` (``_assert_runner.py``...) with the boundary code, marshalled.
+
+    ``parts`` are more of the judges' data files to put before it.
+    """
+    return marshalled_program(with_plain_data(runner_source(name), *parts), name)

@@ -110,7 +110,7 @@ class PytestJudge:
     name = "pytest"
 
     def __init__(self) -> None:
-        self._runner = harness_program("_pytest_runner.py")
+        self._runner = harness_program("_pytest_runner.py", "_pytest_proxy.py")
 
     async def judge(
         self,
