@@ -166,7 +166,8 @@ async def test_bc31_an_always_equal_object_does_not_pass(bwrap_sandbox) -> None:
     )
     judgement = await call(bwrap_sandbox, ADD, cheat)
     assert binary_reward(judgement.verdict) == 0.0
-    assert "not plain data" in judgement.message
+    assert judgement.verdict is Verdict.TAMPERED
+    assert "in place of plain data" in judgement.message
     int_cheat = (
         "class _Int(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
         "def add(a, b): return _Int(0)\n"

@@ -13,6 +13,7 @@ from execgym.sandbox import BubblewrapSandbox, WarmPoolSandbox
 from execgym.sandbox.bwrap import interpreter_paths
 from execgym.tasks import Task
 from tests.conftest import require
+from tests.judges.hacks import PATCH_PYTEST_REPORTS
 
 LIMITS = Limits(wall_time_s=10, memory_bytes=512 * MiB)
 TESTS = """\
@@ -43,6 +44,9 @@ TASK = Task.model_validate(
         "test_files": {"test_add.py": TESTS.replace("def test_needs_broken", "def _unused")},
     }
 )
+
+
+IN_PROCESS = TASK.model_copy(update={"pytest_mode": "in_process"})
 
 
 async def judge(sandbox, completion: str, task: Task = TASK, files=None):
@@ -107,37 +111,160 @@ async def test_rollouts_may_not_configure_pytest_or_replace_tests(bwrap_sandbox,
     assert judgement.run is None
 
 
-async def test_patching_pytest_reports_is_caught(bwrap_sandbox) -> None:
+async def test_patching_pytest_reports_is_caught_in_process(bwrap_sandbox) -> None:
     """BC-35, pytest variant: rewriting failed reports as passed is tampering."""
-    cheat = (
-        "import _pytest.reports as r\n"
-        "_real = r.TestReport.from_item_and_call\n"
-        "def _forge(item, call):\n"
-        "    report = _real(item, call)\n"
-        "    report.outcome = 'passed'\n"
-        "    return report\n"
-        "r.TestReport.from_item_and_call = staticmethod(_forge)\n"
-        "def add(a, b):\n    return 0\n"
-    )
-    judgement = await judge(bwrap_sandbox, cheat)
+    judgement = await judge(bwrap_sandbox, PATCH_PYTEST_REPORTS, IN_PROCESS)
+    assert judgement.verdict is Verdict.TAMPERED
+    assert judgement.details["hack"] == "patched pytest's report functions"
+    assert judgement.details["mode"] == "in_process"
+
+
+async def test_patching_pytest_reports_reaches_nothing_in_proxy_mode(bwrap_sandbox) -> None:
+    """The rollout's pytest is its own process's copy: the harness's reports are intact."""
+    judgement = await judge(bwrap_sandbox, PATCH_PYTEST_REPORTS)
     assert judgement.verdict is Verdict.FAILED
-    assert judgement.error is not None
-    assert judgement.error.type == "Tampered"
+    assert outcomes(judgement) == {
+        "test_small": "failed",
+        "test_negative": "failed",
+        "test_skipped": "skipped",
+    }
+    assert judgement.details["mode"] == "proxy"
 
 
-async def test_printing_pass_lines_does_not_pass(bwrap_sandbox) -> None:
+@pytest.mark.parametrize("task", [TASK, IN_PROCESS], ids=["proxy", "in_process"])
+async def test_printing_pass_lines_does_not_pass(bwrap_sandbox, task: Task) -> None:
     """BC-33: forged pytest summary lines on stdout change nothing."""
     cheat = (
         "print('=== 2 passed in 0.01s ===')\nprint('PASSED test_small')\ndef add(a, b): return 0\n"
     )
-    judgement = await judge(bwrap_sandbox, cheat)
+    judgement = await judge(bwrap_sandbox, cheat, task)
     assert judgement.verdict is Verdict.FAILED
 
 
 async def test_exit_during_collection_is_an_error(bwrap_sandbox) -> None:
-    judgement = await judge(bwrap_sandbox, "import os\nos._exit(0)\n")
+    judgement = await judge(bwrap_sandbox, "import os\nos._exit(0)\ndef add(a, b): return 0\n")
+    assert judgement.verdict is Verdict.ERROR
+    assert judgement.error is not None
+    assert judgement.error.type == "CollectionError"
+    assert "SolutionExited" in judgement.message
+    judgement = await judge(bwrap_sandbox, "import os\nos._exit(0)\n", IN_PROCESS)
     assert judgement.verdict is Verdict.ERROR
     assert "no report" in judgement.message
+
+
+STACK_TESTS = """\
+import pytest
+import solution
+from solution import LIMIT, EmptyError, Stack, make_pair
+
+
+def test_methods_dunders_and_attributes():
+    s = Stack()
+    s.push(1)
+    s.push(2)
+    assert len(s) == 2
+    assert s.pop() == 2
+    assert s.items == [1]
+    assert list(s) == [1]
+    assert 1 in s
+    assert str(s) == "Stack([1])"
+    assert LIMIT == solution.LIMIT == 10
+
+
+def test_the_rollouts_exceptions():
+    with pytest.raises(EmptyError, match="empty"):
+        Stack().pop()
+    with pytest.raises(LookupError):
+        Stack().pop()
+    with pytest.raises(ValueError):
+        Stack().push(-1)
+
+
+def test_objects_as_arguments_and_results():
+    a, b = Stack(), Stack()
+    a.push(3)
+    b.extend_from(a)
+    assert b.items == [3]
+    assert make_pair(a, b)[1].items == [3]
+"""
+STACK = """\
+LIMIT = 10
+
+
+class EmptyError(LookupError):
+    pass
+
+
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, x):
+        if x < 0:
+            raise ValueError("negative")
+        self.items.append(x)
+
+    def pop(self):
+        if not self.items:
+            raise EmptyError("empty stack")
+        return self.items.pop()
+
+    def extend_from(self, other):
+        self.items.extend(other.items)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __contains__(self, x):
+        return x in self.items
+
+    def __str__(self):
+        return "Stack(%r)" % self.items
+
+
+def make_pair(a, b):
+    return (a, b)
+"""
+
+
+async def test_proxy_mode_serves_classes_exceptions_and_constants(bwrap_sandbox) -> None:
+    task = TASK.model_copy(update={"test_files": {"test_stack.py": STACK_TESTS}})
+    judgement = await judge(bwrap_sandbox, STACK, task)
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+    assert judgement.details["passed"] == 3
+    assert judgement.details["mode"] == "proxy"
+
+
+async def test_real_objects_need_in_process_mode(bwrap_sandbox) -> None:
+    tests = (
+        "from solution import Stack\n\n"
+        "def test_isinstance():\n    assert isinstance(Stack(), Stack)\n"
+    )
+    task = TASK.model_copy(update={"test_files": {"test_real.py": tests}})
+    proxied = await judge(bwrap_sandbox, STACK, task)
+    assert proxied.verdict is Verdict.FAILED
+    assert "isinstance" in proxied.message
+    task = task.model_copy(update={"pytest_mode": "in_process"})
+    judgement = await judge(bwrap_sandbox, STACK, task)
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+    assert judgement.details["mode"] == "in_process"
+
+
+async def test_calling_the_rollout_during_collection_says_what_to_do(bwrap_sandbox) -> None:
+    tests = "from solution import add\n\nTHREE = add(1, 2)\n\ndef test_three():\n"
+    tests += "    assert THREE == 3\n"
+    task = TASK.model_copy(update={"test_files": {"test_early.py": tests}})
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task)
+    assert judgement.verdict is Verdict.ERROR
+    assert judgement.error is not None
+    assert judgement.error.type == "CollectionError"
+    assert "pytest_mode 'in_process'" in judgement.error.traceback
+    task = task.model_copy(update={"pytest_mode": "in_process"})
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task)
+    assert judgement.verdict is Verdict.PASSED, judgement.message
 
 
 async def test_runs_in_the_warm_pool() -> None:
@@ -153,3 +280,25 @@ async def test_pytest_missing_inside_the_sandbox_is_our_fault() -> None:
     judgement = await judge(bare, "def add(a, b):\n    return a + b\n")
     assert judgement.verdict is Verdict.SANDBOX_ERROR
     assert "cannot import pytest" in judgement.message
+
+
+async def test_a_rollout_module_never_shadows_the_standard_library_in_the_harness(
+    bwrap_sandbox,
+) -> None:
+    """A rollout's ``fractions.py`` is not what the tests get for ``import fractions``."""
+    tests = (
+        "from fractions import Fraction\nfrom solution import add\n\n"
+        "def test_half():\n    assert Fraction(1, 2) + Fraction(1, 2) == add(0, 1)\n"
+    )
+    task = TASK.model_copy(update={"test_files": {"test_half.py": tests}})
+    files = {"fractions.py": "Fraction = lambda *a: 0\n"}
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task, files)
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+async def test_an_argument_that_cannot_cross_says_how_to_fix_it(bwrap_sandbox) -> None:
+    tests = "from solution import add\n\ndef test_path(tmp_path):\n    assert add(tmp_path, 1)\n"
+    task = TASK.model_copy(update={"test_files": {"test_path.py": tests}})
+    judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task)
+    assert judgement.verdict is Verdict.FAILED
+    assert "str(tmp_path)" in judgement.details["tests"][0]["message"]

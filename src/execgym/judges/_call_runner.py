@@ -1,54 +1,51 @@
-"""The function-call harness, run INSIDE the sandbox (standard library only).
+# ruff: noqa: F821 - run after _plain_data and _untrusted, whose names it uses
+"""The function-call harness, run INSIDE the sandbox: the harness and the solution apart.
 
 Protocol:
 
-1. It writes ``START_MARKER`` to fd 3 (the report channel) before any untrusted code
-   exists in the process.
-2. stdin holds a header line ``EXECGYM-CALL1 <nonce> <fn_name> <program bytes>
-   <case time limit in ms, 0 for none>``, the program (UTF-8), then the cases as JSON
-   (``[{"args": [...], "kwargs": {...}}, ...]``). Everything is read and parsed, and fd 0
-   put on ``/dev/null``, before the program runs.
-3. It executes the program, finds ``fn_name`` (a top-level function; else a method of
-   ``class Solution``, a fresh instance per case; ``"Class.method"`` names one), calls
-   it once per case and writes one report to fd 3: the nonce on a line, then a JSON
-   object ``{"status": "ok", "results": [...]}`` with per case ``{"value": <JSON>}``,
-   ``{"error": type, "message": ...}`` or ``{"timeout": true}``; or ``{"status":
-   "load_error" | "not_found", "type", "message"}``.
+1. It writes ``START_MARKER`` to fd 3 (the report channel) and makes itself
+   non-dumpable before any untrusted code exists.
+2. stdin holds the job in two parts, each a 10-digit length then that many bytes. Part
+   one, ``<fn_name>\\n<program>``, is the solution. The harness reads only part one and
+   forks the **solution process** (:func:`fork_untrusted`: no report channel, stdin
+   ``/dev/null``), which runs the program and finds ``fn_name`` (a top-level function;
+   else a method of ``class Solution``, a fresh instance per case; ``"Class.method"``
+   names one). Only then does the harness read part two, ``<nonce> <case time limit in
+   ms, 0 for none>\\n<cases>``, the cases being plain data (``[(args, kwargs), ...]``),
+   so the nonce and the cases never exist in the solution's memory.
+3. For each case it sends the arguments over the pipe and gets the result back as plain
+   data (:mod:`execgym.judges._plain_data`), decoded into fresh builtin objects. The
+   solution's process arms a ``SIGALRM`` timer per call; should it not answer within
+   the limit plus 0.5 s anyway (it disarmed the timer, or is stuck in C code), the
+   harness kills it, and that case and every later one are timeouts.
+4. It writes one report to fd 3: the nonce on a line, then a JSON object ``{"status":
+   "ok", "results": [...]}`` with per case ``{"value": <JSON>}``, ``{"error": type,
+   "message": ...}`` or ``{"timeout": true}``; ``{"status": "load_error" | "not_found",
+   "error", "message"}``; or ``{"status": "tampered", "hack", "message"}`` when the
+   solution answered with something that is not plain data in a way that looks like a
+   hack (an object whose ``__eq__`` always says yes, a ``str`` subclass) or forged an
+   answer on the pipe.
 
-Results are written by the harness's own encoder, which accepts only exact builtin
-types (``None``, ``bool``, ``int``, ``float``, ``str``, and lists, tuples and dicts of
-them): an object whose ``__eq__`` always says yes, or an ``int`` subclass, is reported
-as an error, never as a value, and the comparison happens outside the sandbox. The
-encoder and every name the report needs are bound before the program runs.
+The JSON is written by the harness's own encoder from exact builtin types (``None``,
+``bool``, ``int``, ``float``, ``str``, lists, tuples and dicts of them); the comparison
+with the expected values happens outside the sandbox.
 """
 
-import json
 import os
-import signal
 import sys
 
 START_MARKER = b"EXECGYM-START\n"
 
 
-class CaseTimeout(BaseException):
-    pass
-
-
-def main():
-    write, exit_now, type_of, text = os.write, os._exit, type, str
-    get_attr, is_callable, infinity = getattr, callable, float("inf")
+def json_encoder():
+    """``encode(value)``: JSON text of plain data, ``TypeError`` for anything else."""
+    type_of, text, infinity = type, str, float("inf")
     int_repr, float_repr, join = int.__repr__, float.__repr__, ", ".join
-    exact_list, exact_tuple, exact_dict = list, tuple, dict
-    isnan, streams, items = (lambda x: x != x), (sys.stdout, sys.stderr), dict.items
-    set_timer, real_timer = signal.setitimer, signal.ITIMER_REAL
-    write(3, START_MARKER)
-    sys.set_int_max_str_digits(0)
-
     escapes = {i: "\\u%04x" % i for i in range(32)}
     escapes.update({ord('"'): '\\"', ord("\\"): "\\\\"})
 
     def string(value):
-        return '"' + text.translate(value, escapes) + '"'
+        return '"' + text.translate(text(value), escapes) + '"'
 
     def encode(value, depth=0):
         kind = type_of(value)
@@ -61,18 +58,18 @@ def main():
         if kind is int:
             return int_repr(value)
         if kind is float:
-            if isnan(value):
+            if value != value:
                 return "NaN"
             if value in (infinity, -infinity):
                 return "Infinity" if value > 0 else "-Infinity"
             return float_repr(value)
         if kind is text:
             return string(value)
-        if kind is exact_list or kind is exact_tuple:
+        if kind is list or kind is tuple:
             return "[" + join([encode(item, depth + 1) for item in value]) + "]"
-        if kind is exact_dict:
+        if kind is dict:
             parts = []
-            for key, item in items(value):
+            for key, item in value.items():
                 if type_of(key) is text:
                     name = key
                 elif type_of(key) is int:
@@ -83,16 +80,55 @@ def main():
             return "{" + join(parts) + "}"
         raise TypeError("the result is a " + kind.__name__ + ", not plain data (JSON)")
 
-    def failure(error):
-        return (
-            '"error": '
-            + string(type_of(error).__name__)
-            + ', "message": '
-            + string(text(error)[:2000])
-        )
+    return encode, string
+
+
+def described(error):
+    """(type name, message) of an exception: the solution's own when it was rebuilt."""
+    origin = getattr(error, "execgym_solution", None)
+    return origin[:2] if origin is not None else (type(error).__name__, str(error))
+
+
+def run_cases(solution, cases, limit_s, encode, string):
+    """Each case's result as a JSON object's text; ``None`` at once on a hack."""
+
+    def failure(name, message):
+        return '{"error": ' + string(name) + ', "message": ' + string(message[:2000]) + "}"
+
+    results = []
+    for args, kwargs in cases:
+        try:
+            value = solution.call(args, kwargs, limit_s)
+            results.append('{"value": ' + encode(value) + "}")
+        except CaseTimeout:
+            results.append('{"timeout": true}')
+        except Tampered:
+            return None
+        except SolutionAborted:
+            verdict, name, message = solution.problem[:3]
+            if verdict == "timeout":
+                results.append('{"timeout": true}')
+                continue
+            if name == "UnsupportedResult":  # a generator...: this case only, it lives on
+                solution.problem = None
+            results.append(failure(name, message))
+        except BaseException as error:  # rebuilt from the solution's, or our encoder's
+            results.append(failure(*described(error)))
+    return results
+
+
+def main():
+    write, exit_now, read = os.write, os._exit, os.read
+    write(3, START_MARKER)
+    setup_error = make_non_dumpable()  # before the solution's process exists
+    sys.set_int_max_str_digits(0)
+    codec = make_codec()
+    frames = make_frames(read, write)
+    encode, string = json_encoder()
+    nonce = b""
 
     def report(body):
-        for stream in (*streams, sys.stdout, sys.stderr):
+        for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except BaseException:
@@ -100,60 +136,37 @@ def main():
         write(3, nonce + b"\n" + body.encode("utf-8", "backslashreplace") + b"\n")
         exit_now(0)
 
-    def on_alarm(signum, frame):
-        raise CaseTimeout()
+    def status(kind, name, message, field="error"):
+        fields = '"%s": %s, "message": %s' % (field, string(name), string(message[:2000]))
+        report('{"status": "%s", %s}' % (kind, fields))
 
-    data = sys.stdin.buffer.read()
+    fn_name, _, program = read_part(frames[1]).partition(b"\n")
+    fn_name = fn_name.decode("utf-8")
+    solution = Solution(program.decode("utf-8", "replace"), fn_name, codec, frames)
+    del program
+    header, _, rest = read_part(frames[1]).partition(b"\n")
+    nonce, limit_ms = header.split(b" ")
+    cases = codec[1](rest)
+    del rest, header
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     sys.stdin = open(os.devnull)
-    header, _, rest = data.partition(b"\n")
-    _, nonce, fn_name, program_size, limit_ms = header.split(b" ")
-    program_size, seconds = int(program_size), int(limit_ms) / 1000
-    program = rest[:program_size].decode("utf-8", "replace")
-    cases = json.loads(rest[program_size:])
-    fn_name = fn_name.decode("utf-8")
-    del data, rest, header
-    signal.signal(signal.SIGALRM, on_alarm)
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    if setup_error is not None:
+        report('{"harness_error": %s}' % string(repr(setup_error)))
     try:
-        exec(compile(program, "solution.py", "exec"), namespace)
+        solution.load(fresh=True)
+    except Tampered:
+        status("tampered", solution.problem[4], solution.problem[2], field="hack")
+    except SolutionAborted:
+        if solution.problem[1] == "NameError":
+            message = "no function or Solution method named " + fn_name
+            status("not_found", "EntryPointNotFound", message)
+        status("load_error", solution.problem[1], solution.problem[2])
     except BaseException as error:
-        report('{"status": "load_error", ' + failure(error) + "}")
-
-    owner, _, method = fn_name.rpartition(".")
-    target = namespace.get(method) if not owner else None
-    if target is None or type_of(target) is type:
-        holder = namespace.get(owner or "Solution")
-        target = None
-        if type_of(holder) is type and is_callable(get_attr(holder, method, None)):
-            target = holder
-    else:
-        holder = None
-    if not is_callable(target):
-        message = "no function or Solution method named " + fn_name
-        report(
-            '{"status": "not_found", "error": "EntryPointNotFound", "message": '
-            + string(message)
-            + "}"
-        )
-
-    results = []
-    for case in cases:
-        try:
-            if seconds:
-                set_timer(real_timer, seconds)
-            function = get_attr(holder(), method) if holder is not None else target
-            value = function(*case["args"], **case["kwargs"])
-            if seconds:
-                set_timer(real_timer, 0)
-            results.append('{"value": ' + encode(value) + "}")
-        except CaseTimeout:
-            results.append('{"timeout": true}')
-        except BaseException as error:
-            if seconds:
-                set_timer(real_timer, 0)
-            results.append("{" + failure(error) + "}")
-    report('{"status": "ok", "results": [' + join(results) + "]}")
+        status("load_error", *described(error))
+    results = run_cases(solution, cases, int(limit_ms) / 1000, encode, string)
+    if results is None:
+        status("tampered", solution.problem[4], solution.problem[2], field="hack")
+    report('{"status": "ok", "results": [' + ", ".join(results) + "]}")
 
 
 main()

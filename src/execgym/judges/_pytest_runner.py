@@ -1,17 +1,37 @@
-"""The pytest harness, run INSIDE the sandbox.
+# ruff: noqa: F821 - run after _plain_data, _untrusted and _pytest_proxy, whose names it uses
+"""The pytest harness, run INSIDE the sandbox, in one of two modes.
 
-Protocol: it writes ``START_MARKER`` to fd 3 first. stdin holds one line
-``EXECGYM-PYTEST1 <nonce> <site-packages dir> <stop at first failure: 0|1>`` followed by
-the test file names, one a line; fd 0 is then put on ``/dev/null``. It imports pytest
-from the given site-packages (with plugin autoloading off, so only pytest's own plugins
-load) before any file of the solution can be imported, remembers the functions that
-make and log test reports and ``unittest.TestCase``'s assertions, runs the tests with a
-plugin that records every collection error and every test's outcome, and writes one
-report to fd 3: the nonce on a line, then a JSON object ``{"exit_code", "tests":
-[{"name", "outcome", "message"}], "collection_errors": [{"name", "message"}],
-"tampered"}``. ``tampered`` is true when
-the solution replaced one of them while it ran. If pytest cannot be imported (before
-any solution code exists), the report is ``{"harness_error": ...}`` instead.
+Protocol: it writes ``START_MARKER`` to fd 3 and makes itself non-dumpable first.
+stdin holds the job in two parts, each a 10-digit length then that many bytes. Part
+one is ``<mode> <site-packages dir> <stop at first failure: 0|1>`` and then the
+rollout's Python files, one a line. In mode ``proxy`` the harness forks the
+**solution process** now (no report channel, stdin ``/dev/null``), before it reads part
+two, ``<nonce>`` and the test file names, one a line. fd 0 is then put on
+``/dev/null``. It imports pytest from the given site-packages (plugin autoloading off,
+so only pytest's own plugins load), runs the tests with a plugin that records every
+collection error and every test's outcome, and writes one report to fd 3: the nonce on
+a line, then a JSON object ``{"mode", "exit_code", "tests": [{"name", "outcome",
+"message"}], "collection_errors": [{"name", "message"}], "tampered", "hack"}``. If
+pytest cannot be imported, the report is ``{"harness_error": ...}`` instead.
+
+Mode ``proxy``: pytest and the tests run in the harness, and the rollout's modules are
+never executed there. Importing one gives a proxy module built from the module's
+*parsed* source (never run): its top-level names, its literal constants (bound as
+values) and its exception classes (local classes of the same names and builtin bases,
+so ``pytest.raises(solution.MyError)`` works). Every other name is a :class:`Remote`
+that forwards calls, attribute reads, ``len``, ``iter``, ``next``, indexing, ``in``,
+``bool``, ``str``, ``int`` and ``float`` to the solution process as plain data; results
+come back as plain data, or as handles (new remotes) for other objects. The solution
+process imports the rollout's modules only when pytest has finished collecting, so the
+rollout's code first runs after every test module, conftest and plugin was loaded from
+disk, and no bytecode cache is read. Comparing a remote object with ``==`` is identity,
+never the solution's ``__eq__``. A result subclassing a builtin type (an always-equal
+``str``), or a forged answer on the pipe, is ``tampered``.
+
+Mode ``in_process``: pytest and the rollout share this process, as tests that need the
+rollout's real objects require. The harness remembers the functions that make and log
+test reports and ``unittest.TestCase``'s assertions, and ``tampered`` says whether the
+solution replaced one of them.
 """
 
 import contextlib
@@ -24,14 +44,27 @@ START_MARKER = b"EXECGYM-START\n"
 def main():
     write, exit_now, text, get, raw = os.write, os._exit, str, getattr, vars
     write(3, START_MARKER)
-    lines = sys.stdin.buffer.read().decode("utf-8").splitlines()
+    setup_error = make_non_dumpable()
+    codec, frames = make_codec(), make_frames(os.read, write)
+    lines = read_part(frames[1]).decode("utf-8").splitlines()
+    mode, libraries, stop_first = lines[0].split(" ")
+    server = ModuleServer(lines[1:], libraries, codec, frames) if mode == "proxy" else None
+    nonce, *test_files = read_part(frames[1]).decode("utf-8").splitlines()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     sys.stdin = open(os.devnull)
-    _, nonce, libraries, stop_first = lines[0].split(" ")
-    test_files = [line for line in lines[1:] if line]
+
+    def finish(body):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        write(3, nonce.encode("ascii") + b"\n" + body.encode("utf-8", "backslashreplace") + b"\n")
+        exit_now(0)
+
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.path.append(libraries)
     try:
+        if setup_error is not None:
+            raise setup_error
         import unittest
 
         import _pytest.nodes
@@ -39,9 +72,7 @@ def main():
         import _pytest.runner
         import pytest
     except BaseException as error:  # before any solution code: our failure, not the model's
-        body = '{"harness_error": "cannot import pytest: ' + type(error).__name__ + '"}'
-        write(3, nonce.encode("ascii") + b"\n" + body.encode("ascii") + b"\n")
-        exit_now(0)
+        finish('{"harness_error": "cannot import pytest: ' + type(error).__name__ + '"}')
 
     watched = (
         (_pytest.reports.TestReport, "from_item_and_call"),
@@ -68,9 +99,24 @@ def main():
         return "{" + ", ".join(string(k) + ": " + string(v) for k, v in fields) + "}"
 
     class Recorder:
+        def pytest_sessionstart(self, session):
+            if server is not None:  # before pytest's assertion-rewriting import hook
+                sys.meta_path.remove(server)
+                sys.meta_path.insert(0, server)
+
         def pytest_collectreport(self, report):
             if report.failed:
                 errors.append((report.nodeid or "<session>", text(report.longreprtext)[-4000:]))
+
+        def pytest_collection_finish(self, session):
+            if server is not None:
+                error = server.start()
+                if error is not None:
+                    trace = get(error, "execgym_solution", ("", "", ""))[2]
+                    problem = server.solution.problem
+                    what = problem[1:3] if problem else (type(error).__name__, error)
+                    message = trace or "%s: %s" % what
+                    errors.append(("<rollout modules %s>" % ", ".join(server.imported), message))
 
         def pytest_runtest_logreport(self, report):
             outcome = report.outcome
@@ -85,28 +131,37 @@ def main():
 
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), "-o", "addopts="]
     args += ["-x"] if stop_first == "1" else []
-    sys.path.append(os.getcwd())
+    if server is not None:
+        sys.meta_path.insert(0, server)
+        # No bytecode cache: one the rollout wrote could stand in for a module the tests
+        # import later (no one can create a directory under /proc).
+        sys.dont_write_bytecode, sys.pycache_prefix = True, "/proc/execgym-no-bytecode"
+    else:
+        sys.path.append(os.getcwd())
     code = pytest.main([*args, *test_files], plugins=[Recorder()])
-    tampered = any(
+    hack = None
+    if server is not None and server.solution.problem is not None:
+        if server.solution.problem[0] == "tampered":
+            hack = server.solution.problem[4] or "tampered"
+    elif server is None and any(
         raw(owner).get(name) is not original
         for (owner, name), original in zip(watched, originals, strict=True)
-    )
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-    body = (
-        '{"exit_code": '
+    ):
+        hack = "patched pytest's report functions"
+    finish(
+        '{"mode": '
+        + string(mode)
+        + ', "exit_code": '
         + text(int(code))
         + ', "tampered": '
-        + ("true" if tampered else "false")
+        + ("true" if hack else "false")
+        + (', "hack": ' + string(hack) if hack else "")
         + ', "tests": ['
         + ", ".join(entry(zip(("name", "outcome", "message"), t, strict=False)) for t in tests)
         + '], "collection_errors": ['
         + ", ".join(entry(zip(("name", "message"), e, strict=False)) for e in errors)
         + "]}"
     )
-    write(3, nonce.encode("ascii") + b"\n" + body.encode("utf-8", "backslashreplace") + b"\n")
-    exit_now(0)
 
 
 main()

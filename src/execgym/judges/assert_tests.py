@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import marshal
 import secrets
-import sys
-from importlib import resources
 
 from execgym.judges._cases import split_cases
+from execgym.judges._programs import (  # marshalled_program: re-exported
+    harness_program,
+    marshalled_program,  # noqa: F401
+    runner_source,
+    with_plain_data,
+)
 from execgym.judges.base import (
     RUN_STATUS_VERDICT,
     START_MARKER,  # noqa: F401 - re-exported (tests, users)
@@ -39,42 +41,20 @@ _REPORTED["harness_error"] = Verdict.SANDBOX_ERROR
 
 
 def _runner_source() -> bytes:
-    return resources.files("execgym.judges").joinpath("_assert_runner.py").read_bytes()
+    return runner_source("_assert_runner.py")
 
 
-def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
-    """A script that runs ``source``, compiled here once, as marshalled code.
-
-    Compiling the harness's source costs about 10 ms per run on a loaded machine, more
-    than the rest of the harness; a marshalled code object loads in well under 1 ms.
-    The sandbox runs the interpreter that runs execgym, so the format matches; should it
-    not, the script stops before the harness starts, which the judge reports as a
-    ``sandbox_error`` with the reason.
-    """
-    code = compile(source, filename, "exec", dont_inherit=True)
-    tag = repr(sys.implementation.cache_tag or "").encode()
-    return (
-        b"import marshal, sys\n"
-        b"if sys.implementation.cache_tag != " + tag + b":\n"
-        b"    sys.exit('execgym: the sandbox runs another interpreter (%s) than execgym ("
-        + tag.strip(b"'")
-        + b"); run the sandbox with execgym\\'s own interpreter' % sys.implementation.cache_tag)\n"
-        b"exec(marshal.loads(" + repr(marshal.dumps(code)).encode() + b"))\n"
-    )
-
-
-@functools.cache
 def runner_program() -> bytes:
     """The assert harness as the script the sandbox runs (see :func:`marshalled_program`)."""
-    return marshalled_program(_runner_source())
+    return harness_program("_assert_runner.py")
 
 
 def harness_library() -> bytes:
-    """The assert harness's source without its final ``main()`` call, to build on."""
+    """The assert harness's source (with the plain-data code) without ``main()``, to build on."""
     source = _runner_source()
     if not source.endswith(b"\nmain()\n"):
         raise RuntimeError("the assert harness must end with main()")
-    return source[: -len(b"main()\n")]
+    return with_plain_data(source[: -len(b"main()\n")])
 
 
 _FULL_SOLUTION_STARTS = ("def ", "async def ", "class ", "import ", "from ", "@")

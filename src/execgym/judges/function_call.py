@@ -1,11 +1,16 @@
 """The function-call judge (LiveCodeBench functional, TACO ``fn_name``, LeetCode style).
 
-The harness (:mod:`execgym.judges._call_runner`) runs in the sandbox: it loads
-``prompt + completion`` (as :func:`~execgym.judges.assert_tests.build_program` joins
-them), calls ``fn_name`` once per case, and reports each result as JSON it encodes
-itself from exact builtin types. The results are compared with the expected values
-here, outside the sandbox, on plain data (:func:`~execgym.judges.compare.values_match`),
-so no object the solution makes takes part in the comparison.
+The Python harness (:mod:`execgym.judges._call_runner`) runs in the sandbox in two
+processes, like the assert harness: the harness holds the report channel and the
+run's nonce and never runs solution code; ``prompt + completion`` (as
+:func:`~execgym.judges.assert_tests.build_program` joins them) runs in a process
+forked before the nonce and the cases were read, which answers one call per case with
+plain data only. The harness reports each result as JSON it encodes itself from exact
+builtin types, and the results are compared with the expected values here, outside the
+sandbox (:func:`~execgym.judges.compare.values_match`), so no object the solution makes
+takes part in the comparison. An answer that is not plain data in a way that looks
+like a hack (an always-equal object, a ``str`` subclass), or a forged answer on the
+pipe, makes the whole rollout ``tampered`` (``details["hack"]`` names it).
 
 ``details`` are those of the stdio judge: per-case verdicts and the fraction passed.
 A missing entry point is an ``error`` (``EntryPointNotFound``), reward 0.
@@ -15,9 +20,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from importlib import resources
 from typing import Any
 
+from execgym.judges._plain_data import make_codec
+from execgym.judges._programs import harness_program, runner_source
 from execgym.judges.assert_tests import build_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.cases import CaseResult, case_judgement
@@ -30,12 +36,27 @@ from execgym.toolchains import find_toolchain, missing_hint
 _SHOWN = 200
 
 
-def _runner_source(name: str = "_call_runner.py") -> bytes:
-    return resources.files("execgym.judges").joinpath(name).read_bytes()
+def encode_python_call_job(nonce: str, task: Task, program: str) -> bytes:
+    """The job the Python harness reads on stdin (see :mod:`execgym.judges._call_runner`).
+
+    Part one (the entry point and the program) is read before the solution's process is
+    forked; part two (the nonce, the per-case limit and the cases, as plain data) only
+    after, so the solution never has them in memory.
+    """
+    dumps, _ = make_codec()
+    cases = dumps([(case.args, case.kwargs) for case in _cases(task)])
+    limit_ms = round((task.case_time_limit_s or 0) * 1000)
+    solution = f"{task.fn_name}\n{program}".encode("utf-8", "surrogatepass")
+    secret = f"{nonce} {limit_ms}\n".encode() + cases
+    return _part(solution) + _part(secret)
+
+
+def _part(data: bytes) -> bytes:
+    return b"%010d" % len(data) + data
 
 
 def encode_call_job(nonce: str, task: Task, program: str) -> bytes:
-    """The job the harness reads on stdin (see :mod:`execgym.judges._call_runner`)."""
+    """The job the JavaScript harness reads on stdin (see :file:`_call_runner.js`)."""
     cases = [c.model_dump(include={"args", "kwargs"}) for c in _cases(task)]
     program_bytes = program.encode("utf-8", "surrogatepass")
     limit_ms = round((task.case_time_limit_s or 0) * 1000)
@@ -80,6 +101,14 @@ def interpret_call_run(task: Task, run: RunResult, nonce: str) -> Judgement:
     payload = harness_report(run, nonce, "call harness")
     if isinstance(payload, Judgement):
         return payload
+    if "harness_error" in payload:
+        message = f"the call harness could not start: {payload['harness_error']}"
+        return Judgement(Verdict.SANDBOX_ERROR, run, message=message)
+    if payload.get("status") == "tampered":
+        hack, text = str(payload.get("hack", "unknown")), str(payload.get("message", ""))
+        message = f"tampering detected ({hack}): {text}"
+        error = ErrorDetail("Tampered", text)
+        return Judgement(Verdict.TAMPERED, run, error, message, {"hack": hack})
     if payload.get("status") != "ok":
         kind, text = str(payload.get("error", "")), str(payload.get("message", ""))
         message = f"{kind}: {text}"
@@ -99,8 +128,8 @@ class FunctionCallJudge:
     name = "function_call"
 
     def __init__(self) -> None:
-        self._runner = _runner_source()
-        self._node_runner = _runner_source("_call_runner.js")
+        self._runner = harness_program("_call_runner.py")
+        self._node_runner = runner_source("_call_runner.js")
 
     async def judge(
         self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
@@ -125,7 +154,7 @@ class FunctionCallJudge:
         else:
             run = await sandbox.run_python(
                 self._runner,
-                stdin=encode_call_job(nonce, task, build_program(task, completion)),
+                stdin=encode_python_call_job(nonce, task, build_program(task, completion)),
                 limits=limits,
                 want_report=True,
             )

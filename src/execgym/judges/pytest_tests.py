@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
 
+from execgym.judges._programs import harness_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.limits import Limits
 from execgym.sandbox.base import RunResult, Sandbox
@@ -35,10 +35,6 @@ FORBIDDEN_ROLLOUT_FILES = frozenset(
     {"conftest.py", "pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", ".pytest.ini"}
 )
 """File names a rollout may not ship: they would configure or extend pytest."""
-
-
-def _runner_source() -> bytes:
-    return resources.files("execgym.judges").joinpath("_pytest_runner.py").read_bytes()
 
 
 def rollout_problem(task: Task, files: dict[str, str]) -> str:
@@ -66,10 +62,13 @@ def summarize_tests(report: dict[str, Any], run: RunResult) -> Judgement:
         "total": len(tests),
         "fraction_passed": counts["passed"] / len(tests) if tests else 0.0,
         "exit_code": report.get("exit_code"),
+        "mode": report.get("mode", "in_process"),
     }
     if report.get("tampered"):
-        message = "the solution replaced pytest's report functions"
-        return Judgement(Verdict.FAILED, run, ErrorDetail("Tampered", message), message, details)
+        hack = str(report.get("hack") or "patched pytest's report functions")
+        details["hack"] = hack
+        message = f"tampering detected ({hack})"
+        return Judgement(Verdict.TAMPERED, run, ErrorDetail("Tampered", message), message, details)
     if errors:
         first = errors[0]
         message = f"collection error in {first.get('name')}: {_last_line(first.get('message'))}"
@@ -93,13 +92,25 @@ def _last_line(text: object) -> str:
     return lines[-1].strip()[:300] if lines else ""
 
 
+def encode_pytest_job(nonce: str, task: Task, rollout_files: list[str]) -> bytes:
+    """The job the harness reads on stdin (see :mod:`execgym.judges._pytest_runner`).
+
+    Part one (the mode and the rollout's file names) is read before the solution's
+    process is forked; part two (the nonce and the test files) only after.
+    """
+    head = f"{task.pytest_mode} {PYTHON_LIBRARIES_DIR} {int(task.stop_on_first_failure)}"
+    first = "\n".join([head, *rollout_files]).encode("utf-8")
+    second = "\n".join([nonce, *task.test_files]).encode("utf-8")
+    return b"%010d" % len(first) + first + b"%010d" % len(second) + second
+
+
 class PytestJudge:
     """Judge ``pytest`` tasks; see the module docstring."""
 
     name = "pytest"
 
     def __init__(self) -> None:
-        self._runner = _runner_source()
+        self._runner = harness_program("_pytest_runner.py", "_pytest_proxy.py")
 
     async def judge(
         self,
@@ -120,12 +131,10 @@ class PytestJudge:
         if problem:
             return Judgement(Verdict.FAILED, error=ErrorDetail("Refused", problem), message=problem)
         nonce = secrets.token_hex(16)
-        header = f"EXECGYM-PYTEST1 {nonce} {PYTHON_LIBRARIES_DIR} {int(task.stop_on_first_failure)}"
-        job = "\n".join([header, *task.test_files]) + "\n"
         contents = {task.solution_path: completion, **extra, **task.test_files}
         run = await sandbox.run_python(
             self._runner,
-            stdin=job.encode("utf-8"),
+            stdin=encode_pytest_job(nonce, task, [task.solution_path, *extra]),
             files={name: text.encode("utf-8", "surrogatepass") for name, text in contents.items()},
             limits=limits,
             want_report=True,

@@ -180,6 +180,10 @@ class Task(BaseModel):
             ``function_call``: each call); the run's limit otherwise.
         test_files: ``pytest``: test file names and their contents.
         solution_path: ``pytest``: where the completion is written (``solution.py``).
+        pytest_mode: ``pytest``: ``proxy`` (default) runs the tests in a process the
+            rollout's code never runs in, calling it through plain-data proxies;
+            ``in_process`` runs both in one process, for tests that need the rollout's
+            real objects (weaker: see SECURITY.md).
         reference: A known-correct completion, if any.
         limits: Per-task limits overriding the run's (optional).
         compile_limits: Per-task limits for the compile step (optional).
@@ -201,6 +205,7 @@ class Task(BaseModel):
     case_time_limit_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     test_files: dict[str, str] = Field(default_factory=dict)
     solution_path: str = "solution.py"
+    pytest_mode: Literal["proxy", "in_process"] = "proxy"
     reference: str | None = None
     limits: TaskLimits | None = None
     compile_limits: TaskLimits | None = None
