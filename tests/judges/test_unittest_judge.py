@@ -8,6 +8,7 @@ from execgym import Scorer
 from execgym.judges import Verdict
 from execgym.judges.unittest_tests import UnittestJudge, unittest_program
 from execgym.limits import Limits, MiB
+from execgym.reward import load_spec
 from execgym.tasks import Rollout, Task
 
 pytestmark = pytest.mark.bwrap
@@ -83,6 +84,13 @@ async def test_a_failing_test_fails_with_its_name(bwrap_sandbox) -> None:
     assert "TestCases.test_negative failed" in judgement.message
     assert "AssertionError: 2 != -2" in judgement.message
     assert judgement.details["fraction_passed"] == pytest.approx(3 / 5)
+    # partial credit counts the tests that ran (the skipped one does not)
+    assert (judgement.details["cases_passed"], judgement.details["cases_total"]) == (3, 4)
+    spec = load_spec("fraction")
+    scorer = Scorer({"t/unittest": TASK}, bwrap_sandbox, LIMITS, reward=spec)
+    rollout = Rollout(task_id="t/unittest", completion="    return abs(a + b), os.getcwd()\n")
+    [result] = await scorer.score([rollout])
+    assert result.reward == pytest.approx(0.75)
 
 
 async def test_an_exception_in_a_test_is_an_error(bwrap_sandbox) -> None:
@@ -172,3 +180,21 @@ def test_a_unittest_task_needs_tests() -> None:
         Task(task_id="t", kind="unittest")
     with pytest.raises(ValueError, match="must be in python"):
         Task(task_id="t", kind="unittest", tests=TESTS, language="c")
+
+
+async def test_bc35_patching_assert_equal_scores_zero(bwrap_sandbox) -> None:
+    # field case BC-35 (shared/cases/field-cases.md), as a unittest task
+    task = Task(
+        task_id="bc35",
+        kind="unittest",
+        tests="import unittest\n\nclass TestCases(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+    )
+    hack = (
+        "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+        "def add(a, b): return 0\n"
+    )
+    scorer = Scorer({"bc35": task}, bwrap_sandbox, LIMITS)
+    [result] = await scorer.score([Rollout(task_id="bc35", completion=hack)])
+    assert result.verdict is Verdict.TAMPERED
+    assert result.reward == 0.0

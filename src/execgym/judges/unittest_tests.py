@@ -19,7 +19,8 @@ Verdicts, as upstream decides a pass (no failure and no error among the tests):
 a test failed; ``error`` when one raised, or when the program does not compile, raises
 before the tests or lacks the test class (a ``collection_errors`` entry, never "0 tests
 passed"); ``tampered`` when the code replaced unittest's assertions or machinery. Every
-test's outcome is kept in ``details["tests"]``. Because the tests share the solution's
+test's outcome is kept in ``details["tests"]``; ``cases_passed`` of ``cases_total`` (the
+tests that ran) give the ``fraction`` correctness reward its partial credit. Because the tests share the solution's
 process, a solution that walks the interpreter's frames could forge the report: see
 SECURITY.md.
 """
@@ -97,6 +98,9 @@ def interpret_unittest_run(run: RunResult, nonce: str) -> Judgement:
         return report
     judgement = summarize_tests({**report, "tampered": False}, run)
     details = {**judgement.details, "output": str(report.get("output", ""))}
+    # partial credit (the ``fraction`` correctness reward): tests passed of tests run
+    details["cases_passed"] = details["passed"]
+    details["cases_total"] = details["total"] - details["skipped"]
     if report.get("tampered"):
         message = "the solution replaced unittest's assertions or test machinery"
         return Judgement(Verdict.TAMPERED, run, ErrorDetail("Tampered", message), message, details)
