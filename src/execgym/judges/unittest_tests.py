@@ -20,9 +20,9 @@ a test failed; ``error`` when one raised, or when the program does not compile, 
 before the tests or lacks the test class (a ``collection_errors`` entry, never "0 tests
 passed"); ``tampered`` when the code replaced unittest's assertions or machinery. Every
 test's outcome is kept in ``details["tests"]``; ``cases_passed`` of ``cases_total`` (the
-tests that ran) give the ``fraction`` correctness reward its partial credit. Because the tests share the solution's
-process, a solution that walks the interpreter's frames could forge the report: see
-SECURITY.md.
+tests that ran) give the ``fraction`` correctness reward its partial credit. Because the
+tests share the solution's process, a solution that walks the interpreter's frames
+could forge the report: see SECURITY.md.
 """
 
 from __future__ import annotations
