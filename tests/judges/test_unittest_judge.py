@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 import pytest
 
 from execgym import Scorer
@@ -10,6 +12,7 @@ from execgym.judges.unittest_tests import UnittestJudge, unittest_program
 from execgym.limits import Limits, MiB
 from execgym.reward import load_spec
 from execgym.tasks import Rollout, Task
+from tests.conftest import require
 
 pytestmark = pytest.mark.bwrap
 
@@ -198,3 +201,18 @@ async def test_bc35_patching_assert_equal_scores_zero(bwrap_sandbox) -> None:
     [result] = await scorer.score([Rollout(task_id="bc35", completion=hack)])
     assert result.verdict is Verdict.TAMPERED
     assert result.reward == 0.0
+
+
+async def test_matplotlib_tasks_get_the_prebuilt_font_list(bwrap_sandbox) -> None:
+    require(find_spec("matplotlib") is not None, "matplotlib (pip install -e '.[bigcodebench]')")
+    tests = (
+        "import os\nimport unittest\n\nclass TestCases(unittest.TestCase):\n"
+        "    def test_fonts_are_not_rescanned(self):\n"
+        "        names = os.listdir(os.environ['MPLCONFIGDIR'])\n"
+        "        self.assertTrue(any(n.startswith('fontlist-') for n in names), names)\n"
+        "        import matplotlib.font_manager as fm\n"
+        "        self.assertTrue(os.path.isfile(fm.findfont('DejaVu Sans')))\n"
+    )
+    task = Task(task_id="t/mpl", kind="unittest", tests=tests)
+    judgement = await judge(bwrap_sandbox, "import matplotlib\n", task)
+    assert judgement.verdict is Verdict.PASSED, judgement.message

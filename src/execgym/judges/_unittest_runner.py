@@ -5,7 +5,8 @@ Protocol: it writes ``START_MARKER`` to fd 3 first. stdin holds one line
 program (UTF-8): the solution followed by the unittest code, one source, as
 BigCodeBench's own harness (``bigcodebench.eval.unsafe_execute``) runs it; fd 0 is then
 put on ``/dev/null``. As upstream, it sets ``TZ=UTC`` and ``OMP_NUM_THREADS=1`` (and
-``MPLBACKEND=Agg``, a writable ``MPLCONFIGDIR`` and ``HOME`` under ``/tmp``), makes a
+``MPLBACKEND=Agg``, ``HOME`` under ``/tmp`` and ``MPLCONFIGDIR``: the work dir's
+``mplconfig``, where the judge puts a prebuilt font list, else under ``/tmp``), makes a
 fresh empty directory the working directory, executes the program as the module
 ``__test__`` with its standard output and error swallowed, loads the test class with
 ``unittest.TestLoader`` and runs it. It then writes one report to fd 3: the nonce on a
@@ -43,6 +44,7 @@ def main():
     import time
     import types
 
+    fonts = os.path.join(os.getcwd(), "mplconfig")  # a prebuilt font list, if the judge sent one
     home = tempfile.mkdtemp(prefix="execgym-home-")
     os.environ.update(
         {
@@ -52,7 +54,7 @@ def main():
             "MKL_NUM_THREADS": "1",
             "TF_CPP_MIN_LOG_LEVEL": "3",
             "MPLBACKEND": "Agg",
-            "MPLCONFIGDIR": os.path.join(home, "matplotlib"),
+            "MPLCONFIGDIR": fonts if os.path.isdir(fonts) else os.path.join(home, "matplotlib"),
             "HOME": home,
         }
     )

@@ -27,9 +27,16 @@ could forge the report: see SECURITY.md.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import os
+import re
 import secrets
+import sys
+import tempfile
 from importlib import resources
+from importlib.util import find_spec
+from pathlib import Path
 
 from execgym.judges.assert_tests import build_program, marshalled_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
@@ -41,6 +48,59 @@ from execgym.toolchains import PYTHON_LIBRARIES_DIR, python_libraries
 
 TEST_CLASS = "TestCases"
 """The test class every ``unittest`` task's ``tests`` must define (BigCodeBench's name)."""
+
+MATPLOTLIB_DIR = "mplconfig"
+"""Where in the work dir a prebuilt matplotlib font list goes (``MPLCONFIGDIR``)."""
+
+_USES_MATPLOTLIB = re.compile(r"^\s*(?:import|from)\s+(?:matplotlib|seaborn|wordcloud)\b", re.M)
+_FONT_CACHE_TIMEOUT_S = 120.0
+
+
+class _FontCache:
+    """matplotlib's font list, built once on the host, for every sandboxed run.
+
+    matplotlib scans every font on first import and caches the list in
+    ``MPLCONFIGDIR``; each sandbox starts with an empty one, so each run would rescan
+    (3-4 s on a loaded 2-core machine). The list is built once per process by the
+    host's matplotlib (the same version the sandbox sees) in a subprocess; its paths are
+    relative to matplotlib's data dir or under ``/usr``, the same inside the sandbox.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[str, bytes] | None = None
+        self._lock = asyncio.Lock()
+
+    async def files(self) -> dict[str, bytes]:
+        """``{work-dir path: contents}`` of the font list; empty if it cannot be built."""
+        async with self._lock:
+            if self._files is None:
+                self._files = await _build_font_list()
+            return self._files
+
+
+async def _build_font_list() -> dict[str, bytes]:
+    if find_spec("matplotlib") is None:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="execgym-mpl-") as config:
+        env = {**os.environ, "MPLCONFIGDIR": config, "MPLBACKEND": "Agg"}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            "import matplotlib.font_manager",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            await asyncio.wait_for(process.wait(), _FONT_CACHE_TIMEOUT_S)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            return {}
+        return {
+            f"{MATPLOTLIB_DIR}/{path.name}": path.read_bytes()
+            for path in Path(config).glob("fontlist-*.json")
+        }
 
 
 @functools.cache
@@ -67,6 +127,9 @@ class UnittestJudge:
 
     name = "unittest"
 
+    def __init__(self) -> None:
+        self._fonts = _FontCache()
+
     async def judge(
         self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
     ) -> Judgement:
@@ -82,9 +145,12 @@ class UnittestJudge:
             )
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
         nonce = secrets.token_hex(16)
+        program = unittest_program(task, completion)
+        files = await self._fonts.files() if _USES_MATPLOTLIB.search(program) else {}
         run = await sandbox.run_python(
             runner_program(),
-            stdin=encode_job(nonce, unittest_program(task, completion)),
+            stdin=encode_job(nonce, program),
+            files=files or None,
             limits=limits,
             want_report=True,
         )
