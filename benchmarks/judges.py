@@ -5,7 +5,9 @@ identical rollouts (a task's repeated rollouts of the same source, as RL samplin
 when several samples agree): once with the compile cache (the first rollout compiles,
 the rest reuse it) and once with the cache off (every rollout compiles). Python runs
 through the warm pool; other languages in fresh bwrap sandboxes. The assert,
-function-call and pytest judges are measured in Python the same way.
+function-call, pytest and unittest judges are measured in Python the same way, and the
+unittest judge once more on a real BigCodeBench-Hard task (``BigCodeBench/503``, pandas:
+its reference) when the ``bigcodebench`` extra is installed.
 
     .venv/bin/python benchmarks/judges.py [--rollouts 8] [--workers 2] [--languages c,go]
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from execgym import Builder, Limits, Scorer, Task, Verdict
 from execgym.sandbox import WarmPoolSandbox
+from execgym.tasks.datasets import load_builtin
 from execgym.tasks.loaders import RolloutLine
 from execgym.tasks.models import Rollout
 from execgym.testing import SUM_OF_TWO
@@ -56,7 +59,17 @@ OTHER_KINDS = {
         },
         "def add(a, b):\n    return a + b\n",
     ),
+    "unittest": (
+        {
+            "kind": "unittest",
+            "solution_prefix": "def add(a, b):\n",
+            "tests": "import unittest\n\nclass TestCases(unittest.TestCase):\n"
+            "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+        },
+        "    return a + b\n",
+    ),
 }
+BIGCODEBENCH_TASK = "BigCodeBench/503"
 
 
 async def _rate(
@@ -99,6 +112,9 @@ def _tasks(languages: list[str]) -> list[tuple[str, str, Task, str]]:
         )
     for kind, (fields, completion) in OTHER_KINDS.items():
         rows.append((kind, "python", Task.model_validate({"task_id": kind, **fields}), completion))
+    task = load_builtin("bigcodebench-hard").tasks.get(BIGCODEBENCH_TASK)
+    if task is not None:  # its libraries are installed
+        rows.append(("unittest", "bcb/503", task, task.reference or ""))
     return rows
 
 

@@ -23,6 +23,7 @@ from execgym.judges.compile import Builder
 from execgym.judges.function_call import FunctionCallJudge
 from execgym.judges.pytest_tests import PytestJudge
 from execgym.judges.stdio import StdioJudge
+from execgym.judges.unittest_tests import UnittestJudge
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
 from execgym.reward.coverage import measure_coverage
@@ -142,8 +143,9 @@ class Scorer:
     Each task goes to the judge of its ``kind`` (``assert`` in Python:
     :class:`AssertJudge`; in other languages :class:`NativeAssertJudge`; ``stdio``:
     :class:`StdioJudge`; ``function_call``: :class:`FunctionCallJudge`; ``pytest``:
-    :class:`PytestJudge`). A completion holding markdown fences is reduced to its code
-    first by :func:`~execgym.tasks.extract.extract_code`.
+    :class:`PytestJudge`; ``unittest``: :class:`UnittestJudge`). A completion holding
+    markdown fences is reduced to its code first by
+    :func:`~execgym.tasks.extract.extract_code`.
 
         reward: How to turn a judgement into a reward; ``None`` is the binary reward
             (1.0 for a pass) without a breakdown.
@@ -171,6 +173,7 @@ class Scorer:
         self._stdio = StdioJudge(self.builder)
         self._call = FunctionCallJudge()
         self._pytest = PytestJudge()
+        self._unittest = UnittestJudge()
         self.reward = reward
         if reward is not None:
             check_tools(reward)
@@ -188,6 +191,8 @@ class Scorer:
             return await self._call.judge(task, completion, self.sandbox, limits)
         if task.kind == "pytest":
             return await self._pytest.judge(task, completion, self.sandbox, limits, rollout.files)
+        if task.kind == "unittest":
+            return await self._unittest.judge(task, completion, self.sandbox, limits)
         if task.language != "python":
             return await self._native.judge(task, completion, self.sandbox, limits)
         return await self._judge(task, completion, limits)

@@ -2,7 +2,8 @@
 
 One judge per test kind: :class:`AssertJudge` (Python assert tests),
 :class:`NativeAssertJudge` (assert tests in other languages), :class:`StdioJudge`,
-:class:`FunctionCallJudge` and :class:`PytestJudge`. :class:`Builder` compiles sources
+:class:`FunctionCallJudge`, :class:`PytestJudge` and :class:`UnittestJudge`
+(BigCodeBench's one-module unittest tests). :class:`Builder` compiles sources
 (with its cache) for those that need it.
 """
 
@@ -17,6 +18,7 @@ from execgym.judges.function_call import FunctionCallJudge
 from execgym.judges.languages import Program
 from execgym.judges.pytest_tests import PytestJudge
 from execgym.judges.stdio import StdioJudge
+from execgym.judges.unittest_tests import UnittestJudge
 
 __all__ = [
     "AssertJudge",
@@ -28,6 +30,7 @@ __all__ = [
     "Program",
     "PytestJudge",
     "StdioJudge",
+    "UnittestJudge",
     "Verdict",
     "compare_output",
     "values_match",

@@ -14,6 +14,9 @@ A task says how its rollouts are judged by its test ``kind``:
 - ``pytest``: the task ships ``test_files``; the completion is written to
   ``solution_path`` (and a rollout may add more ``files``); every test's outcome is
   kept.
+- ``unittest`` (BigCodeBench style): ``solution_prefix + completion + tests`` is one
+  module whose ``unittest.TestCase`` class ``TestCases`` runs in the solution's own
+  process, so the tests see the real objects it returns; every test's outcome is kept.
 
 The published JSON Schema (``schemas/task.schema.json``) is generated from these
 models by ``python -m execgym.tasks.schema``.
@@ -46,10 +49,10 @@ LANGUAGE_ALIASES = {
 }
 """Other spellings accepted for :data:`LANGUAGES` (as in markdown fence tags)."""
 
-TEST_KINDS = ("assert", "stdio", "function_call", "pytest")
+TEST_KINDS = ("assert", "stdio", "function_call", "pytest", "unittest")
 """How a task's tests are run; see the module docstring."""
 
-TestKind = Literal["assert", "stdio", "function_call", "pytest"]
+TestKind = Literal["assert", "stdio", "function_call", "pytest", "unittest"]
 
 
 def normalize_language(value: str) -> str:
@@ -157,13 +160,14 @@ class Task(BaseModel):
     Attributes:
         task_id: Unique id, e.g. ``"HumanEval/0"``.
         prompt: For ``assert`` and ``function_call``, the code the model continues
-            (imports, signature, docstring); for ``stdio`` and ``pytest``, the problem
-            statement, never part of the program.
-        kind: How the tests run: ``assert`` (default), ``stdio``, ``function_call`` or
-            ``pytest``.
+            (imports, signature, docstring); for ``stdio``, ``pytest`` and
+            ``unittest``, the problem statement, never part of the program.
+        kind: How the tests run: ``assert`` (default), ``stdio``, ``function_call``,
+            ``pytest`` or ``unittest``.
         language: Programming language of the solution (see :data:`LANGUAGES`).
         tests: ``assert`` tests: Python code defining ``check(candidate)``, or, in other
-            languages, code with a ``main`` that asserts.
+            languages, code with a ``main`` that asserts; ``unittest``: Python code
+            defining the ``unittest.TestCase`` class ``TestCases``.
         entry_point: ``assert`` (Python): the function passed to ``check``.
         test_cases: ``stdio``: ``{input, output}`` items; ``function_call``:
             ``{args, kwargs, expected}`` items.
@@ -184,6 +188,9 @@ class Task(BaseModel):
             rollout's code never runs in, calling it through plain-data proxies;
             ``in_process`` runs both in one process, for tests that need the rollout's
             real objects (weaker: see SECURITY.md).
+        solution_prefix: ``unittest``: code put before the completion (BigCodeBench's
+            "complete" prompt, which the model continues); empty when the model writes
+            the whole program.
         reference: A known-correct completion, if any.
         limits: Per-task limits overriding the run's (optional).
         compile_limits: Per-task limits for the compile step (optional).
@@ -206,6 +213,7 @@ class Task(BaseModel):
     test_files: dict[str, str] = Field(default_factory=dict)
     solution_path: str = "solution.py"
     pytest_mode: Literal["proxy", "in_process"] = "proxy"
+    solution_prefix: str = ""
     reference: str | None = None
     limits: TaskLimits | None = None
     compile_limits: TaskLimits | None = None
@@ -323,11 +331,20 @@ def _check_pytest(task: Task) -> str:
     return ""
 
 
+def _check_unittest(task: Task) -> str:
+    if task.language != "python":
+        return "must be in python"
+    if not task.tests:
+        return "needs `tests`: Python code defining the unittest.TestCase class TestCases"
+    return ""
+
+
 _KIND_CHECKS = {
     "assert": _check_assert,
     "stdio": _check_stdio,
     "function_call": _check_function_call,
     "pytest": _check_pytest,
+    "unittest": _check_unittest,
 }
 
 

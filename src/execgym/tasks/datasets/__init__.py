@@ -17,6 +17,7 @@ from functools import partial
 
 from execgym.errors import TaskNotFound
 from execgym.tasks.datasets._files import Loaded
+from execgym.tasks.datasets.bigcodebench import load_bigcodebench_hard
 from execgym.tasks.datasets.evalplus import load_humanevalplus, load_mbppplus
 from execgym.tasks.datasets.humaneval import load_humaneval
 from execgym.tasks.datasets.humaneval_x import load_humaneval_x
@@ -92,6 +93,20 @@ DATASETS: dict[str, DatasetInfo] = {
             "Xia et al. 2025, github.com/newfacade/LeetCodeDataset (v0.3.1 test split)",
             "MIT (problem texts: LeetCode's)",
             228,
+        ),
+        *(
+            DatasetInfo(
+                name,
+                partial(load_bigcodebench_hard, split),
+                "Zhuo et al. 2024, github.com/bigcode-project/bigcodebench (hard split, "
+                f"{split} prompts; libraries: pip install 'execgym[bigcodebench]')",
+                "Apache-2.0",
+                148,
+            )
+            for name, split in (
+                ("bigcodebench-hard", "complete"),
+                ("bigcodebench-hard-instruct", "instruct"),
+            )
         ),
     ]
 }
