@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue
 
 from execgym.errors import Error
 from execgym.storage import GcPolicy, GcReport, Store, open_store, parse_duration
@@ -83,6 +83,21 @@ def _when(moment: datetime) -> str:
 def _name_row(record: Any, versions: int) -> list[str]:
     size = format_size(record.size_bytes)
     return [record.name, str(versions), record.version[:12], _when(record.pushed_at), size]
+
+
+def _echo_json_or_empty(records: Sequence[BaseModel], as_json: bool, empty: str) -> bool:
+    """Print ``records`` as JSON lines, or ``empty`` when there are none.
+
+    Returns False when the caller still has to print its table.
+    """
+    if as_json:
+        for record in records:
+            click.echo(record.model_dump_json())
+        return True
+    if not records:
+        click.echo(empty)
+        return True
+    return False
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -152,12 +167,8 @@ def ls(name: str | None, as_json: bool, store_url: str | None) -> None:
     store = _open(store_url)
     with _failures():
         records = store.versions(name)
-    if as_json:
-        for record in records:
-            click.echo(record.model_dump_json())
-        return
-    if not records:
-        click.echo(f"no versions of {name} in {store.url}" if name else f"{store.url} is empty")
+    empty = f"no versions of {name} in {store.url}" if name else f"{store.url} is empty"
+    if _echo_json_or_empty(records, as_json, empty):
         return
     if name is None:
         latest: dict[str, Any] = {}
@@ -320,12 +331,7 @@ def ls_checkpoints(dataset: str | None, as_json: bool, store_url: str | None) ->
     store = _open(store_url)
     with _failures():
         found = store.checkpoints(dataset)
-    if as_json:
-        for checkpoint in found:
-            click.echo(checkpoint.model_dump_json())
-        return
-    if not found:
-        click.echo(f"no checkpoints in {store.url}")
+    if _echo_json_or_empty(found, as_json, f"no checkpoints in {store.url}"):
         return
     rows = [["ID", "STEP", "DATASET", "REGISTERED", "URI"]] + [
         [c.id, str(c.step), f"{c.dataset}@{c.dataset_version[:12]}", _when(c.registered_at), c.uri]

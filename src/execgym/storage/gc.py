@@ -30,7 +30,7 @@ from execgym.storage.checkpoints import list_checkpoints
 from execgym.storage.logs import LogRecord, list_logs
 from execgym.storage.manifests import MANIFESTS, get_manifest, version_of_key
 from execgym.storage.objects import TEMP_PREFIX, ObjectInfo, ObjectStore
-from execgym.storage.refs import VersionRecord, drop_version, list_versions
+from execgym.storage.refs import VersionRecord, list_versions, ref_key
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -147,12 +147,10 @@ def collect_garbage(
     blobs = _sweepable(objects.list(BLOBS), policy, now, plan, _blob_live(plan))
     doomed = manifests + blobs
     if not dry_run:
-        for record in plan.dropped:
-            drop_version(objects, record.name, record.version)
-        for log in plan.expired_logs:
-            objects.delete(log.key)
-        for info in doomed:
-            objects.delete(info.key)
+        objects.delete_many([ref_key(r.name, r.version) for r in plan.dropped])
+        objects.delete_many([log.key for log in plan.expired_logs])
+        objects.delete_many([info.key for info in manifests])
+        objects.delete_many([info.key for info in blobs])
     temp = [info for info in doomed if _is_temp(info.key)]
     return GcReport(
         dry_run=dry_run,

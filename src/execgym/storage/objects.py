@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,6 +102,36 @@ class ObjectStore:
             raise self._not_found(key) from error
         except self._errors as error:
             raise self._unavailable(f"read {key}", error) from error
+
+    def read_many(self, keys: Sequence[str]) -> dict[str, bytes | ArtifactNotFound]:
+        """Several whole objects at once (concurrent requests on an object store).
+
+        Returns:
+            ``{key: bytes}``, or ``{key: ArtifactNotFound}`` for one that is missing
+            (it vanished since it was listed, say): one missing object never fails the rest.
+
+        Raises:
+            StorageUnavailable: The store failed.
+        """
+        if not keys:
+            return {}
+        by_path = {self.fs._strip_protocol(self.path(key)): key for key in keys}
+        try:
+            found = self.fs.cat(list(by_path), on_error="return")
+        except self._errors as error:
+            raise self._unavailable(f"read {len(keys)} objects", error) from error
+        if not isinstance(found, dict):  # one path: fsspec returns the bytes alone
+            found = {next(iter(by_path)): found}
+        results: dict[str, bytes | ArtifactNotFound] = {}
+        for path, value in found.items():
+            key = by_path[self.fs._strip_protocol(path)]
+            if isinstance(value, FileNotFoundError):
+                results[key] = self._not_found(key)
+            elif isinstance(value, BaseException):
+                raise self._unavailable(f"read {key}", value) from value
+            else:
+                results[key] = bytes(value)
+        return results
 
     @contextlib.contextmanager
     def open_read(self, key: str) -> Iterator[IO[bytes]]:
@@ -208,6 +238,23 @@ class ObjectStore:
             return
         except self._errors as error:
             raise self._unavailable(f"delete {key}", error) from error
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove several objects (one bulk request per 1000 on S3); gone ones are fine.
+
+        Raises:
+            StorageUnavailable: The store failed.
+        """
+        if self.location.is_local or len(keys) < 2:
+            for key in keys:
+                self.delete(key)
+            return
+        try:
+            self.fs.rm([self.path(key) for key in keys])
+        except FileNotFoundError:
+            return
+        except self._errors as error:
+            raise self._unavailable(f"delete {len(keys)} objects", error) from error
 
     def check(self) -> None:
         """Contact the store once: list its root.

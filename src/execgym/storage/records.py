@@ -56,7 +56,15 @@ def read_record(objects: ObjectStore, key: str, model: type[Record]) -> Record:
         StorageCorruptionError: It does not parse as ``model``.
         StorageUnavailable: The store failed.
     """
-    data = objects.read_bytes(key)
+    return parse_record(objects, key, objects.read_bytes(key), model)
+
+
+def parse_record(objects: ObjectStore, key: str, data: bytes, model: type[Record]) -> Record:
+    """``data`` (read from ``key``) validated as ``model``.
+
+    Raises:
+        StorageCorruptionError: It does not parse as ``model``.
+    """
     try:
         return model.model_validate_json(data)
     except ValidationError as error:
@@ -88,14 +96,17 @@ def read_records(
         StorageCorruptionError: With ``strict``, a record that does not parse.
         StorageUnavailable: The store failed.
     """
+    keys = [
+        info.key
+        for info in objects.list(prefix)
+        if info.key.endswith(".json") and not info.key.rpartition("/")[2].startswith(".")
+    ]
     records = []
-    for info in objects.list(prefix):
-        if not info.key.endswith(".json") or info.key.rpartition("/")[2].startswith("."):
+    for key, data in objects.read_many(keys).items():
+        if isinstance(data, ArtifactNotFound):
             continue
         try:
-            records.append(read_record(objects, info.key, model))
-        except ArtifactNotFound:
-            continue
+            records.append(parse_record(objects, key, data, model))
         except StorageCorruptionError as error:
             if strict:
                 raise
