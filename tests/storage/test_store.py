@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from execgym.errors import (
     StorageCorruptionError,
     StorageError,
 )
-from execgym.storage import GcPolicy, Store, blob_key
+from execgym.storage import GcPolicy, Store, blob_key, open_store
 from execgym.testing import FakeClock
 
 TASKS = b'{"task_id": "t/1", "prompt": "def f():\\n"}\n{"task_id": "t/2", "prompt": "x"}\n'
@@ -285,3 +286,40 @@ def test_pull_refuses_nothing_it_should_not_and_checks_file_names(store: Store) 
     for bad in ("../x", "/etc/passwd", "a//b", "a\\b", "./a"):
         with pytest.raises(ValueError, match="unsafe file name"):
             Manifest(files={bad: entry})
+
+
+def test_a_push_rewrites_an_old_unreferenced_blob_so_a_concurrent_gc_cannot_take_it(
+    store: Store, dataset: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.blobs.put_bytes(TASKS)  # left by an interrupted push: no manifest names it
+    uploads: list[str] = []
+    real_upload = store.objects.upload
+    monkeypatch.setattr(
+        store.objects, "upload", lambda key, path: (uploads.append(key), real_upload(key, path))
+    )
+    store.push(dataset, name="toy")
+    assert blob_key(hashlib.sha256(TASKS).hexdigest()) not in uploads  # fresh: reused
+    clock.advance(timedelta(hours=2))  # now it is older than the 30-minute refresh
+    uploads.clear()
+    (dataset / "tests" / "test_f.py").write_bytes(TESTS + b"# v2\n")
+    store.push(dataset, name="toy")
+    assert blob_key(hashlib.sha256(TASKS).hexdigest()) in uploads  # written again
+
+
+def test_local_writes_leave_no_temporary_files_and_gc_removes_stale_ones(
+    tmp_path: Path, dataset: Path, clock: FakeClock
+) -> None:
+    store = open_store(tmp_path / "store", clock=clock)
+    store.push(dataset, name="toy")
+    store.put_log("b", b"log")
+    assert not list((tmp_path / "store").rglob(".tmp-*"))
+    stale = tmp_path / "store" / "blobs" / "ab" / ".tmp-0123-cdef"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"half a blob from a killed push")
+    clock.advance(timedelta(hours=2))
+    past_grace = clock().timestamp() - 7200
+    os.utime(stale, (past_grace, past_grace))
+    report = store.gc(GcPolicy())
+    assert report.removed_temp_files == 1
+    assert report.removed_blobs == ()
+    assert not stale.exists()
