@@ -49,8 +49,11 @@ def _failures() -> Iterator[None]:
 
 
 def _open(store_url: str | None) -> Store:
+    """The store, contacted once (so a missing bucket is named as such)."""
     with _failures():
-        return open_store(store_url)
+        store = open_store(store_url)
+        store.check()
+        return store
 
 
 def _metadata(pairs: tuple[str, ...]) -> dict[str, JsonValue]:
@@ -349,6 +352,17 @@ def rm_checkpoint(checkpoint_id: str, store_url: str | None) -> None:
     with _failures():
         removed = store.remove_checkpoint(checkpoint_id)
     click.echo(f"unregistered {removed.id} ({removed.uri}, step {removed.step})")
+
+
+def check_store(store_url: str) -> None:
+    """Fail before a batch runs when its ``--store`` is unusable, not after it.
+
+    Unusable: a bad URL, no s3fs, unreachable, no such bucket.
+
+    Raises:
+        click.ClickException: The store cannot be used; the message says why.
+    """
+    _open(store_url)
 
 
 def upload_results(store_url: str, batch_id: str | None, results: Path) -> str:

@@ -24,7 +24,7 @@ from typing import IO
 import click
 
 from execgym._storage_cli import COMMANDS as STORAGE_COMMANDS
-from execgym._storage_cli import upload_results
+from execgym._storage_cli import check_store, upload_results
 from execgym._version import __version__
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import Error, TaskError
@@ -371,6 +371,8 @@ def score(
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     k_values = _parse_ks(ks)
     _check_output(output, tasks_path, rollouts_path)
+    if store_url is not None:
+        check_store(store_url)
     try:
         limits = Limits(
             wall_time_s=wall_time_s,

@@ -112,14 +112,24 @@ def test_an_unreachable_store_and_a_missing_bucket_are_clear_errors(
     monkeypatch.setenv("EXECGYM_S3_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens
     code, _stdout, stderr = run("data", "ls", "--store", "s3://bucket/x")
     assert code == 1
-    assert "cannot list refs in the store s3://bucket/x" in stderr
+    assert "cannot reach its root in the store s3://bucket/x: Could not connect" in stderr
     assert "EXECGYM_S3_ENDPOINT_URL" in stderr
     monkeypatch.setenv("EXECGYM_S3_ENDPOINT_URL", s3_server.endpoint_url)
     code, _, stderr = run(
         "data", "push", str(Path(__file__)), "--name", "x", "--store", "s3://no-such-bucket/x"
     )
     assert code == 1
-    assert "s3://no-such-bucket/x" in stderr
+    assert "the bucket 'no-such-bucket' of the store s3://no-such-bucket/x does not exist" in stderr
+
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{**ONE_TASK, "reference": "    return 1\n"}])
+    out = tmp_path / "results.jsonl"
+    code, _, stderr = run(
+        "score", str(tasks), "--solutions", "canonical", "-o", str(out),
+        "--store", "s3://no-such-bucket/x",
+    )  # fmt: skip
+    assert code == 1
+    assert "does not exist" in stderr
+    assert not out.exists()  # refused before anything was scored
 
 
 def test_gc_removes_expired_logs_and_keeps_what_a_version_references(

@@ -262,16 +262,20 @@ class ObjectStore:
         Raises:
             StorageUnavailable: It cannot be reached, or (S3) the bucket does not exist.
         """
+        if self.location.is_local:
+            return
+        bucket = self.location.root.lstrip("/").split("/")[0]
         try:
-            bucket = self.location.root.split("/")[0]
-            if not self.location.is_local and not self.fs.exists(bucket):
+            self.fs.info(bucket if self.location.protocol == "s3" else self.location.root)
+        except FileNotFoundError as error:
+            if self.location.protocol == "s3":
                 raise StorageUnavailable(
                     f"the bucket {bucket!r} of the store {self.url} does not exist: create "
                     "it first (e.g. `aws s3 mb s3://BUCKET`) or pass another --store",
                     store=self.url,
-                )
+                ) from error
         except self._errors as error:
-            raise self._unavailable("reach the root", error) from error
+            raise self._unavailable("reach its root", error) from error
 
     @staticmethod
     def _object_info(key: str, detail: dict[str, Any]) -> ObjectInfo:
