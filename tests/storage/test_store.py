@@ -65,7 +65,9 @@ def test_pushing_the_same_content_again_is_the_same_version_and_stores_no_new_bl
     assert [b.key for b in store.objects.list("blobs")] == [b.key for b in blobs_before]
     assert [r.version for r in store.versions("toy")] == [first.version]
     # the same files under another name are the same version (content, not name)
-    assert store.push(dataset, name="copy").version == first.version
+    assert store.push(dataset, name="toy2").version == first.version
+    assert [(r.name, r.version) for r in store.versions("toy")] == [("toy", first.version)]
+    assert {r.name for r in store.versions()} == {"toy", "toy2"}
 
 
 def test_versions_are_pinned_by_full_hash_or_unique_prefix_and_latest_is_the_default(
