@@ -271,6 +271,34 @@ def gc(
     click.echo(_render_gc(report, store))
 
 
+@storage.command("verify")
+@click.option(
+    "--delete-corrupted",
+    is_flag=True,
+    help="Delete corrupted blobs, so that pushing their data set again writes them back.",
+)
+@_store_option
+def verify(delete_corrupted: bool, store_url: str | None) -> None:
+    """Read every blob and manifest back and check its hash; exit 1 if any is bad."""
+    store = _open(store_url)
+    with _failures():
+        report = store.scrub(delete_corrupted=delete_corrupted)
+    click.echo(
+        f"checked {report.checked_blobs} blobs ({format_size(report.checked_bytes)}) and "
+        f"{report.checked_manifests} manifests in {store.url}"
+    )
+    for key in report.corrupted:
+        state = " (deleted)" if key in report.deleted else ""
+        click.echo(f"corrupted: {key}{state}")
+    for where in report.missing:
+        click.echo(f"missing: {where}")
+    if not report.is_clean:
+        raise click.ClickException(
+            f"{len(report.corrupted)} corrupted and {len(report.missing)} missing objects: "
+            "push the data sets that hold them again (after --delete-corrupted)"
+        )
+
+
 @storage.command("logs")
 @click.argument("batch_id", required=False)
 @_store_option

@@ -204,3 +204,21 @@ def test_score_with_store_uploads_the_results_as_a_batch_log(bwrap_sandbox, tmp_
     (log,) = open_store(url).logs("run-1.step-0")
     assert open_store(url).read_log(log) == out.read_bytes()
     assert json.loads(out.read_text())["verdict"] == "passed"
+
+
+def test_storage_verify_names_corrupted_blobs_and_exits_1(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    source = tmp_path / "a.jsonl"
+    source.write_text('{"task_id": "t/1"}\n')
+    assert run("data", "push", str(source), "--name", "ds", "--store", url)[0] == 0
+    code, stdout, _ = run("storage", "verify", "--store", url)
+    assert code == 0
+    assert stdout.startswith("checked 1 blobs (19 B) and 1 manifests")
+    (blob,) = [p for p in (tmp_path / "store" / "blobs").rglob("*") if p.is_file()]
+    blob.write_text('{"task_id": "t/X"}\n')
+    code, stdout, stderr = run("storage", "verify", "--delete-corrupted", "--store", url)
+    assert code == 1
+    assert f"corrupted: blobs/{blob.parent.name}/{blob.name} (deleted)" in stdout
+    assert "1 corrupted and 0 missing" in stderr
+    assert run("data", "push", str(source), "--name", "ds", "--store", url)[0] == 0
+    assert run("storage", "verify", "--store", url)[0] == 0

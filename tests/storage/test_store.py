@@ -325,3 +325,23 @@ def test_local_writes_leave_no_temporary_files_and_gc_removes_stale_ones(
     assert report.removed_temp_files == 1
     assert report.removed_blobs == ()
     assert not stale.exists()
+
+
+def test_scrub_reports_every_corrupted_and_missing_object_and_a_push_repairs_them(
+    store: Store, dataset: Path, tmp_path: Path
+) -> None:
+    store.push(dataset, name="toy")
+    assert store.scrub().is_clean
+    tasks_key = blob_key(hashlib.sha256(TASKS).hexdigest())
+    tests_key = blob_key(hashlib.sha256(TESTS).hexdigest())
+    store.objects.write_bytes(tasks_key, b"X" * len(TASKS))  # same size: bit rot
+    store.objects.delete(tests_key)
+    report = store.scrub(delete_corrupted=True)
+    assert report.corrupted == (tasks_key,)
+    assert report.deleted == (tasks_key,)
+    assert [m.split(":")[1] for m in report.missing] == ["tests/test_f.py"]
+    assert not report.is_clean
+    store.push(dataset, name="toy")  # the same files: the same version, blobs written back
+    assert store.scrub().is_clean
+    store.pull("toy", tmp_path / "out")
+    assert (tmp_path / "out" / "tasks.jsonl").read_bytes() == TASKS

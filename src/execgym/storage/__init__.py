@@ -30,6 +30,7 @@ from execgym.storage.logs import LogRecord
 from execgym.storage.manifests import FileEntry, Manifest
 from execgym.storage.objects import ObjectInfo, ObjectStore
 from execgym.storage.refs import VersionRecord, VersionSpec
+from execgym.storage.scrub import ScrubReport
 from execgym.storage.store import Pulled, Store, open_store
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "Pulled",
+    "ScrubReport",
     "Store",
     "StoreLocation",
     "VersionRecord",

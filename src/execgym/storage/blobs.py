@@ -172,6 +172,24 @@ class BlobStore:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
 
+    def verify(self, sha256: str) -> int:
+        """Read the blob through (streamed) and check its hash; returns its size.
+
+        Raises:
+            ArtifactNotFound: No such blob.
+            StorageCorruptionError: Its bytes do not hash to ``sha256``.
+            StorageUnavailable: The store failed.
+        """
+        key = blob_key(sha256)
+        digest = hashlib.sha256()
+        size = 0
+        with self.objects.open_read(key) as source:
+            while chunk := source.read(CHUNK_BYTES):
+                digest.update(chunk)
+                size += len(chunk)
+        self._verify(key, sha256, digest.hexdigest())
+        return size
+
     def exists(self, sha256: str) -> bool:
         """True when the store holds an object under the blob's key (unverified)."""
         return self.objects.info(blob_key(sha256)) is not None

@@ -67,6 +67,7 @@ from execgym.storage.refs import (
     record_version,
     resolve_version,
 )
+from execgym.storage.scrub import ScrubReport, scrub
 
 REFRESH_AFTER = timedelta(minutes=30)
 
@@ -418,6 +419,16 @@ class Store:
             StorageUnavailable: The store failed.
         """
         return collect_garbage(self.objects, policy or GcPolicy(), self.clock(), dry_run=dry_run)
+
+    def scrub(self, *, delete_corrupted: bool = False) -> ScrubReport:
+        """Read every blob and manifest back and check its hash.
+
+        One bad object never stops it (see :mod:`execgym.storage.scrub`).
+
+        Raises:
+            StorageUnavailable: The store failed.
+        """
+        return scrub(self.objects, self.blobs, delete_corrupted=delete_corrupted)
 
 
 def open_store(
