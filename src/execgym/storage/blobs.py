@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import IO
 
 from execgym.errors import StorageCorruptionError
 from execgym.storage.clock import Clock
@@ -128,7 +129,6 @@ class BlobStore:
                     store=self.objects.url,
                     key=blob_key(ref.sha256),
                     expected_sha256=ref.sha256,
-                    actual_sha256="unknown",
                 )
         return ref
 
@@ -157,16 +157,11 @@ class BlobStore:
             StorageUnavailable: The store failed.
             OSError: ``dest`` cannot be written.
         """
-        key = blob_key(sha256)
         dest.parent.mkdir(parents=True, exist_ok=True)
         temp = dest.with_name(f".{dest.name}.execgym-partial")
-        digest = hashlib.sha256()
         try:
-            with self.objects.open_read(key) as source, temp.open("wb") as sink:
-                while chunk := source.read(CHUNK_BYTES):
-                    digest.update(chunk)
-                    sink.write(chunk)
-            self._verify(key, sha256, digest.hexdigest())
+            with temp.open("wb") as sink:
+                self._read_through(sha256, sink)
             os.replace(temp, dest)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -180,6 +175,10 @@ class BlobStore:
             StorageCorruptionError: Its bytes do not hash to ``sha256``.
             StorageUnavailable: The store failed.
         """
+        return self._read_through(sha256, None)
+
+    def _read_through(self, sha256: str, sink: IO[bytes] | None) -> int:
+        """Stream the blob (into ``sink``, if any), then check its hash; its size."""
         key = blob_key(sha256)
         digest = hashlib.sha256()
         size = 0
@@ -187,6 +186,8 @@ class BlobStore:
             while chunk := source.read(CHUNK_BYTES):
                 digest.update(chunk)
                 size += len(chunk)
+                if sink is not None:
+                    sink.write(chunk)
         self._verify(key, sha256, digest.hexdigest())
         return size
 
