@@ -21,6 +21,7 @@ from pydantic import BaseModel, JsonValue
 
 from execgym.errors import Error
 from execgym.storage import GcPolicy, GcReport, Store, open_store, parse_duration
+from execgym.storage.records import check_name
 
 _store_option = click.option(
     "--store",
@@ -382,14 +383,19 @@ def rm_checkpoint(checkpoint_id: str, store_url: str | None) -> None:
     click.echo(f"unregistered {removed.id} ({removed.uri}, step {removed.step})")
 
 
-def check_store(store_url: str) -> None:
+def check_store(store_url: str, batch_id: str | None) -> None:
     """Fail before a batch runs when its ``--store`` is unusable, not after it.
 
-    Unusable: a bad URL, no s3fs, unreachable, no such bucket.
+    Unusable: a bad URL, no s3fs, unreachable, no such bucket, or a bad ``--batch-id``.
 
     Raises:
         click.ClickException: The store cannot be used; the message says why.
     """
+    if batch_id is not None:
+        try:
+            check_name(batch_id, "--batch-id")
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--batch-id") from error
     _open(store_url)
 
 

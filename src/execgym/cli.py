@@ -372,7 +372,7 @@ def score(
     k_values = _parse_ks(ks)
     _check_output(output, tasks_path, rollouts_path)
     if store_url is not None:
-        check_store(store_url)
+        check_store(store_url, batch_id)
     try:
         limits = Limits(
             wall_time_s=wall_time_s,

@@ -130,6 +130,13 @@ def test_an_unreachable_store_and_a_missing_bucket_are_clear_errors(
     assert code == 1
     assert "does not exist" in stderr
     assert not out.exists()  # refused before anything was scored
+    code, _, stderr = run(
+        "score", str(tasks), "--solutions", "canonical", "-o", str(out),
+        "--store", str(tmp_path / "store"), "--batch-id", "a/b",
+    )  # fmt: skip
+    assert code == 2
+    assert "invalid --batch-id 'a/b'" in stderr
+    assert not out.exists()
 
 
 def test_gc_removes_expired_logs_and_keeps_what_a_version_references(
