@@ -23,6 +23,8 @@ from typing import IO
 
 import click
 
+from execgym._storage_cli import COMMANDS as STORAGE_COMMANDS
+from execgym._storage_cli import check_store, upload_results
 from execgym._version import __version__
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import Error, TaskError
@@ -321,6 +323,19 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     is_flag=True,
     help="Compile every rollout's source again (no cache read or written).",
 )
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="Also store the results JSONL as a batch log in this object store (a directory "
+    "or s3://bucket/prefix; see `execgym storage`) [default: not stored].",
+)
+@click.option(
+    "--batch-id",
+    default=None,
+    help="The batch log's id with --store [default: score-<UTC time>].",
+)
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
@@ -339,6 +354,8 @@ def score(
     broker_url: str,
     compile_cache: Path | None,
     no_compile_cache: bool,
+    store_url: str | None,
+    batch_id: str | None,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
@@ -354,6 +371,8 @@ def score(
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     k_values = _parse_ks(ks)
     _check_output(output, tasks_path, rollouts_path)
+    if store_url is not None:
+        check_store(store_url, batch_id)
     try:
         limits = Limits(
             wall_time_s=wall_time_s,
@@ -378,6 +397,8 @@ def score(
         results = _write_results(remote.run, len(items), output)
         click.echo(summarize(results, time.monotonic() - started, k_values).render())
         click.echo(f"isolation: the workers' (see each result); broker: {broker_url}")
+        if store_url is not None:
+            click.echo(upload_results(store_url, batch_id, Path(output)))
         return
     try:
         sandbox = _sandbox(isolation, warm_pool, allow_root)
@@ -403,6 +424,8 @@ def score(
     summary = summarize(results, time.monotonic() - started, k_values)
     click.echo(summary.render())
     click.echo(f"isolation: {isolation}; results: {output}")
+    if store_url is not None:
+        click.echo(upload_results(store_url, batch_id, Path(output)))
 
 
 def _check_output(output: str, *inputs: str | None) -> None:
@@ -857,6 +880,11 @@ def validate(
         workers=workers or os.cpu_count() or 1,
         warm_pool=warm_pool,
     )
+
+
+# Object storage (execgym.storage): `execgym data`, `execgym storage`, `execgym checkpoints`.
+for _command in STORAGE_COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ Error:
         ├── BrokerUnavailable   the queue's service (Redis) cannot be reached
         ├── QueueFull           the queue is at its bound: back off and retry later
         └── MessageError        a job or result message on the queue is malformed
+    └── StorageError            the object store (execgym.storage) could not do its job
+        ├── StorageUnavailable  the store cannot be reached or its backend is not installed
+        ├── ArtifactNotFound    no such data set, version, blob, log or checkpoint
+        ├── AmbiguousVersion    a version prefix that matches more than one version
+        └── StorageCorruptionError  an object's bytes do not match its hash
 """
 
 from __future__ import annotations
@@ -101,3 +106,75 @@ class QueueFull(BrokerError):
 
 class MessageError(BrokerError):
     """A message on the queue is not a valid job or result (wrong version, bad fields)."""
+
+
+class StorageError(Error):
+    """The object store (:mod:`execgym.storage`) failed; the data may be fine elsewhere.
+
+    Attributes:
+        store: The store's URL, without any password.
+    """
+
+    def __init__(self, message: str, *, store: str) -> None:
+        super().__init__(message)
+        self.store = store
+
+
+class StorageUnavailable(StorageError):
+    """The store cannot be reached, or its backend library is missing.
+
+    For example: refused connection, wrong permissions, no such bucket, or no ``s3fs``
+    for ``s3://``. The message says how to fix it.
+    """
+
+
+class ArtifactNotFound(StorageError):
+    """A data set name, version, blob, batch log or checkpoint that the store does not hold.
+
+    Attributes:
+        key: What was looked up, e.g. ``"humaneval@3fa2"`` or a blob's hash.
+    """
+
+    def __init__(self, message: str, *, store: str, key: str) -> None:
+        super().__init__(message, store=store)
+        self.key = key
+
+
+class AmbiguousVersion(StorageError):
+    """A version prefix (``NAME@3fa2``) that matches more than one version of a data set.
+
+    Attributes:
+        candidates: The full versions it matches.
+    """
+
+    def __init__(self, message: str, *, store: str, candidates: tuple[str, ...]) -> None:
+        super().__init__(message, store=store)
+        self.candidates = candidates
+
+
+class StorageCorruptionError(StorageError):
+    """An object read back does not match its hash, or a record of the store is invalid.
+
+    Raised on every read of a blob or manifest whose bytes changed after it was written
+    (bit rot, a partial copy, tampering). Nothing is returned or written from it.
+
+    Attributes:
+        key: The object's key in the store, e.g. ``blobs/ab/cdef...``.
+        expected_sha256: The hash it is stored under (None for a record, such as a
+            version's ref, that is not content-addressed but does not parse).
+        actual_sha256: The hash of the bytes read (None as for ``expected_sha256``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: str,
+        key: str,
+        expected_sha256: str | None = None,
+        actual_sha256: str | None = None,
+    ) -> None:
+        super().__init__(message, store=store)
+        self.key = key
+        self.expected_sha256 = expected_sha256
+        self.actual_sha256 = actual_sha256

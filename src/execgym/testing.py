@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,86 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
+
+
+class FakeClock:
+    """A clock for :mod:`execgym.storage` that only moves when told to.
+
+    It starts at the real time (so objects written now are "now" to it too) and
+    :meth:`advance` ages everything without sleeping.
+
+    >>> from datetime import timedelta
+    >>> clock = FakeClock()
+    >>> start = clock()
+    >>> clock.advance(timedelta(days=8))
+    >>> (clock() - start).days
+    8
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start if start is not None else datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        """Now, as this clock has it."""
+        return self.now
+
+    def advance(self, by: timedelta) -> None:
+        """Move the clock forward by ``by``."""
+        self.now += by
+
+
+class MotoS3Server:
+    """An S3-compatible server (moto's server mode) on a free port, for tests.
+
+    Needs ``moto[server]`` (in the ``storage`` and ``dev`` extras). One server can
+    serve many tests: give each its own bucket (:meth:`create_bucket`).
+
+    Attributes:
+        key: The access key id it accepts (moto accepts any).
+        secret: The secret access key.
+    """
+
+    key = "testing"
+    secret = "testing"  # moto's fake credentials, for a local test server
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._server: Any = None
+
+    @property
+    def endpoint_url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Endpoint and credentials for :func:`execgym.storage.open_store`."""
+        return {"endpoint_url": self.endpoint_url, "key": self.key, "secret": self.secret}
+
+    def start(self) -> None:
+        """Start serving (in a thread of this process)."""
+        import logging
+
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+
+    def stop(self) -> None:
+        """Stop serving; its buckets are gone."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def create_bucket(self, name: str) -> None:
+        """Create the bucket ``name``."""
+        import s3fs
+
+        fs = s3fs.S3FileSystem(
+            key=self.key,
+            secret=self.secret,
+            client_kwargs={"endpoint_url": self.endpoint_url},
+            skip_instance_cache=True,
+        )
+        fs.mkdir(name)
