@@ -140,3 +140,11 @@ def configure(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+
+
+def json_configured() -> bool:
+    """Whether :func:`configure` installed a JSON handler on the root logger."""
+    return any(
+        handler.get_name() == "execgym" and isinstance(handler.formatter, JsonFormatter)
+        for handler in logging.getLogger().handlers
+    )
