@@ -323,3 +323,23 @@ async def test_dead_lettered_jobs_count_as_infrastructure_failures() -> None:
     (delivery,) = await broker.consume(worker.name, 1, 0)
     await worker.process(delivery)
     assert breakers.state("Crash") is BreakerState.OPEN
+
+
+async def test_trainer_adapters_mask_quarantined_samples() -> None:
+    from execgym.integrations import RewardClient
+    from execgym.integrations.trl import score_batch
+    from execgym.integrations.verl import _as_verl
+
+    crash = FakeSandbox([fake_result(Status.SANDBOX_ERROR, exit_code=None, message="setup")])
+    breakers = Breakers(BreakerPolicy(failures=1), key=lambda t: "all", clock=Clock())
+    client = RewardClient(sandbox=crash, breakers=breakers)
+    tests = "def check(candidate):\n    assert candidate(1, 1) == 2\n"
+    columns = {"tests": [tests] * 2, "entry_point": ["add"] * 2}
+    code = "def add(a, b):\n    return a + b\n"
+    assert await score_batch(client, [code, code], columns) == [None, None]
+    quarantined = await client.score_task(task("Any/1"), code)
+    assert quarantined.verdict == "quarantined"
+    assert quarantined.reward is None
+    verl = _as_verl(quarantined)
+    assert verl["masked"] == 1.0
+    assert verl["verdict"] == "quarantined"
