@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 from execgym.breakers import Breakers, dataset_of
 from execgym.limits import Limits
+from execgym.logs import log_context
 from execgym.metrics import Metrics, timed
 from execgym.sandbox.base import Sandbox
 from execgym.scoring import ScoredRollout, Scorer
@@ -199,7 +200,8 @@ class EmbeddedJobRunner:
         state: JobState = "done"
         message = ""
         try:
-            results = await scorer.score(items, workers=self._workers, on_result=on_result)
+            with log_context(job_id=job.view.job_id):  # inherited by the scoring tasks
+                results = await scorer.score(items, workers=self._workers, on_result=on_result)
             job.results = list(results)
         except asyncio.CancelledError:
             state, message = "failed", "the service stopped before the job finished"
