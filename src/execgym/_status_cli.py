@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +18,7 @@ import click
 
 from execgym.broker import BrokerSettings, open_broker
 from execgym.errors import Error
+from execgym.worker import describe_broker
 
 
 def _request(url: str, token: str | None, *, method: str = "GET") -> Any:
@@ -90,32 +90,12 @@ def render_breakers(breakers: list[dict[str, Any]], enabled: bool = True) -> lis
 
 
 async def _broker_status(url: str, prefix: str) -> str:
-    broker = open_broker(url, BrokerSettings(), prefix=prefix)
-    try:
-        ping = getattr(broker, "ping", None)
-        if ping is not None:
-            await ping()
-        lines = [
-            f"broker: {broker.name}",
-            f"queue: {await broker.queued()} job(s) waiting or running",
-        ]
-        live_workers = getattr(broker, "live_workers", None)
-        live = await live_workers() if live_workers is not None else {}
-        lines.append(f"workers: {len(live)} live")
-        now = time.time()
-        for name, info in sorted(live.items()):
-            age = now - float(info.get("at", now))
-            lines.append(
-                f"  {name}: {info.get('running', 0)} job(s) held, last heartbeat {age:.1f} s ago"
-            )
-        lines.append(f"dead letters (latest): {len(await broker.dead_letters())}")
-        lines.append(
-            "breakers: each worker's own, on its /metrics (execgym_breaker_state; "
-            "start workers with --metrics-port)"
-        )
-        return "\n".join(lines)
-    finally:
-        await broker.aclose()
+    report = await describe_broker(open_broker(url, BrokerSettings(), prefix=prefix))
+    note = (
+        "breakers: each worker's own, on its /metrics (execgym_breaker_state; "
+        "start workers with --metrics-port)"
+    )
+    return f"{report}\n{note}"
 
 
 @click.command()

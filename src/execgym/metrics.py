@@ -53,7 +53,7 @@ What they count:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -61,8 +61,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from execgym.breakers import Breakers
-from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox.base import RunResult, Sandbox
+from execgym.sandbox.base import RunResult, Sandbox, SandboxWrapper
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _BYTES = tuple(float(2**n) for n in range(20, 34, 1))  # 1 MiB .. 8 GiB
@@ -228,12 +227,12 @@ class Metrics:
         }
 
 
-class MeteredSandbox:
+class MeteredSandbox(SandboxWrapper):
     """A sandbox that records every run in ``metrics``: active count, times, CPU, memory.
 
     Wrap the innermost sandbox (inside any bound on concurrency), so
-    ``execgym_sandboxes_active`` counts runs, not waiters. Everything else (``aclose``,
-    attributes of the backend) is the inner sandbox's.
+    ``execgym_sandboxes_active`` counts runs, not waiters. Other attributes are the
+    inner sandbox's.
 
     Args:
         inner: The sandbox that runs the programs.
@@ -244,57 +243,23 @@ class MeteredSandbox:
     def __init__(
         self, inner: Sandbox, metrics: Metrics, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.metrics = metrics
         self._clock = clock
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def _metered(self, call: Callable[[], Any]) -> RunResult:
+    async def around(self, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        """The run, counted while active and recorded when done."""
         self.metrics.active_runs += 1
         started = self._clock()
         try:
-            result: RunResult = await call()
+            result = await run()
         finally:
             self.metrics.active_runs -= 1
         self.metrics.observe_run(result, self._clock() - started)
         return result
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """:meth:`Sandbox.run`, recorded."""
-        return await self._metered(
-            lambda: self.inner.run(
-                argv, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-            )
-        )
-
-    async def run_python(
-        self,
-        source: bytes,
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """:meth:`Sandbox.run_python`, recorded."""
-        return await self._metered(
-            lambda: self.inner.run_python(
-                source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-            )
-        )
 
 
 def timed(

@@ -491,7 +491,10 @@ async def run_node(worker: Worker) -> None:
 
 
 async def describe_broker(broker: Broker) -> str:
-    """A few lines on a broker's state, for ``execgym worker --check``.
+    """A few lines on a broker's state, for ``execgym worker --check`` and ``status``.
+
+    The queue, the live workers (each with the jobs it holds and its last heartbeat)
+    and the dead letters; the broker is closed afterwards.
 
     Raises:
         BrokerUnavailable: if it cannot be reached.
@@ -509,6 +512,11 @@ async def describe_broker(broker: Broker) -> str:
             live = await live_workers()
             running = sum(int(info.get("running", 0)) for info in live.values())
             lines.append(f"live workers: {len(live)} ({running} jobs running)")
+            now = time.time()
+            for name, info in sorted(live.items()):
+                age_s = now - float(info.get("at", now))
+                held = info.get("running", 0)
+                lines.append(f"  {name}: {held} job(s) held, last heartbeat {age_s:.1f} s ago")
         lines.append(f"dead letters (latest): {len(await broker.dead_letters())}")
         return "\n".join(lines)
     finally:

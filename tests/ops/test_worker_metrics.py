@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 import subprocess
@@ -86,9 +87,10 @@ def test_worker_serves_metrics_matching_what_it_judged(
 
         status = runner.invoke(main, ["status", "--broker", redis_server.url])
         assert status.exit_code == 0, status.output
-        assert "queue: 0 job(s) waiting or running" in status.output
-        assert "workers: 1 live" in status.output
-        assert f"  {name}: " in status.output
+        assert "jobs waiting or running: 0" in status.output
+        assert "live workers: 1 (0 jobs running)" in status.output
+        assert re.search(rf"  {re.escape(name)}: 0 job\(s\) held, last heartbeat \d", status.output)
+        assert "breakers: each worker's own, on its /metrics" in status.output
         refused = runner.invoke(main, ["status", "--broker", redis_server.url, "--reset", "add"])
         assert refused.exit_code == 2
         assert "--reset and --json need --url" in refused.output
