@@ -42,7 +42,7 @@ TEXT_FORMAT = "execgym: %(levelname)s: %(message)s"
 _context: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
     "execgym_log_context", default=MappingProxyType({})
 )
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 
 
 @contextlib.contextmanager
@@ -136,6 +136,7 @@ def configure(
     handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     handler.set_name("execgym")
+    handler.setLevel(level.upper())  # records of libraries' own loggers too (uvicorn's)
     for old in ours:
         root.removeHandler(old)
     root.addHandler(handler)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import signal
@@ -49,7 +50,8 @@ def test_worker_serves_metrics_matching_what_it_judged(
 ) -> None:
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     port = free_port()
-    argv = [sys.executable, "-m", "execgym", "worker", "--broker", redis_server.url]
+    argv = [sys.executable, "-m", "execgym", "--log-format", "json", "--log-level", "info"]
+    argv += ["worker", "--broker", redis_server.url]
     argv += ["--concurrency", "2", "--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
     argv += ["--visibility-timeout", "3"]  # heartbeats (and the queue gauge) every second
     node = subprocess.Popen(argv, stderr=subprocess.PIPE)
@@ -96,5 +98,13 @@ def test_worker_serves_metrics_matching_what_it_judged(
         assert "--reset and --json need --url" in refused.output
     finally:
         node.send_signal(signal.SIGTERM)
-        node.wait(30)
+        _, stderr = node.communicate(timeout=30)
         reap([node])
+    records = [json.loads(line) for line in stderr.decode().splitlines() if line.startswith("{")]
+    done = [r for r in records if r["message"] == "job_done"]
+    assert sorted(r["verdict"] for r in done) == ["error", "failed", "passed"]
+    for record in done:
+        assert record["worker"] == name
+        assert record["job_id"].endswith(f"/{record['rollout_id'].split('#')[-1]}")
+        assert record["task_id"] == "add"
+        assert record["batch_id"]
