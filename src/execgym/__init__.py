@@ -14,6 +14,7 @@ The library API, which the ``execgym`` command line is a thin layer over::
 from __future__ import annotations
 
 from execgym._version import __version__
+from execgym.breakers import BreakerPolicy, Breakers
 from execgym.errors import (
     ConfigError,
     Error,
@@ -35,6 +36,7 @@ from execgym.judges import (
     Verdict,
 )
 from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
+from execgym.metrics import Metrics
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, load_spec
 from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
@@ -54,6 +56,8 @@ from execgym.tasks.extract import extract_code
 __all__ = [
     "DEFAULT_LIMITS",
     "AssertJudge",
+    "BreakerPolicy",
+    "Breakers",
     "Builder",
     "ConfigError",
     "Error",
@@ -62,6 +66,7 @@ __all__ = [
     "Judgement",
     "Limits",
     "LineProblem",
+    "Metrics",
     "NativeAssertJudge",
     "PytestJudge",
     "RewardBreakdown",

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import errno
 import json
-import logging
 import math
 import os
 import signal
@@ -25,7 +24,10 @@ import click
 
 from execgym._storage_cli import COMMANDS as STORAGE_COMMANDS
 from execgym._storage_cli import check_store, upload_results
+from execgym import logs
+from execgym._status_cli import status
 from execgym._version import __version__
+from execgym.breakers import DEFAULT_SPEC, Breakers, from_spec
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import Error, TaskError
 from execgym.judges.compile import Builder
@@ -37,6 +39,7 @@ from execgym.limits import (
     Limits,
     parse_size,
 )
+from execgym.metrics import Metrics
 from execgym.reward import load_spec
 from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
 from execgym.scoring import ScoredRollout, Scorer
@@ -168,9 +171,43 @@ class _Group(click.Group):
 
 @click.group(cls=_Group)
 @click.version_option(__version__, prog_name="execgym")
-def main() -> None:
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level on stderr [env: EXECGYM_LOG_LEVEL; default: warning].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default=None,
+    help="text, or json (one object per line) [env: EXECGYM_LOG_FORMAT; default: text].",
+)
+def main(log_level: str | None, log_format: str | None) -> None:
     """execgym: score model-written code in isolated sandboxes and return rewards."""
-    logging.basicConfig(level=logging.WARNING, format="execgym: %(levelname)s: %(message)s")
+    try:
+        level, fmt = logs.settings_from(log_level, log_format)
+    except Error as error:
+        raise click.UsageError(str(error)) from error
+    explicit = bool(log_level or log_format or os.environ.get("EXECGYM_LOG_LEVEL"))
+    logs.configure(level, fmt, force=explicit or fmt == "json")
+
+
+def _breakers(ctx: click.Context, param: click.Parameter, value: str) -> Breakers | None:
+    try:
+        return from_spec(value)
+    except Error as error:
+        raise click.BadParameter(str(error)) from error
+
+
+_breakers_option = click.option(
+    "--breakers",
+    default=DEFAULT_SPEC,
+    show_default=True,
+    callback=_breakers,
+    help="Circuit breakers per task type: 'off', or NAME=VALUE pairs (failures, "
+    "failure_rate, min_jobs, window_s, cooldown_s, key=dataset|family|task).",
+)
 
 
 def _positive_seconds(
@@ -336,6 +373,7 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     default=None,
     help="The batch log's id with --store [default: score-<UTC time>].",
 )
+@_breakers_option
 def score(
     tasks_path: str | None,
     rollouts_path: str | None,
@@ -356,6 +394,7 @@ def score(
     no_compile_cache: bool,
     store_url: str | None,
     batch_id: str | None,
+    breakers: Breakers | None,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
 
@@ -415,7 +454,13 @@ def score(
     builder = Builder(compile_cache, use_cache=not no_compile_cache)
     try:
         scorer = Scorer(
-            tasks, sandbox, limits, skipped_tasks=skipped, builder=builder, reward=reward
+            tasks,
+            sandbox,
+            limits,
+            skipped_tasks=skipped,
+            builder=builder,
+            reward=reward,
+            breakers=breakers,
         )
     except Error as error:
         raise click.ClickException(str(error)) from error
@@ -648,6 +693,16 @@ async def _with_progress(
 )
 @click.option("--prefix", default="execgym", show_default=True, help="Key prefix in Redis.")
 @click.option("--check", is_flag=True, help="Check the broker and print its state, then exit.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (0: any free port) [default: none].",
+)
+@click.option(
+    "--metrics-host", default="0.0.0.0", show_default=True, help="Address of --metrics-port."
+)
+@_breakers_option
 def worker(
     broker_url: str,
     concurrency: int | None,
@@ -659,6 +714,9 @@ def worker(
     drain_timeout_s: float,
     prefix: str,
     check: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    breakers: Breakers | None,
 ) -> None:
     """Judge jobs from a broker in sandboxes until SIGTERM (then drain and exit 0).
 
@@ -674,6 +732,7 @@ def worker(
             click.echo(asyncio.run(describe_broker(broker)))
             return
         sandbox = _sandbox(isolation, warm_pool, allow_root)
+        metrics = _serve_metrics(metrics_host, metrics_port) if metrics_port is not None else None
         node = Worker(
             broker,
             sandbox,
@@ -682,10 +741,28 @@ def worker(
                 max_attempts=max_attempts,
                 drain_timeout_s=drain_timeout_s,
             ),
+            breakers=breakers,
+            metrics=metrics,
         )
         asyncio.run(run_node(node))
     except Error as error:
         raise click.ClickException(str(error)) from error
+
+
+def _serve_metrics(host: str, port: int) -> Metrics:
+    """Start prometheus-client's HTTP server (a daemon thread) for a worker's metrics."""
+    from prometheus_client import start_http_server
+
+    metrics = Metrics()
+    try:
+        server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot serve metrics on {host}:{port}: {error.strerror or error}; "
+            "choose another --metrics-port"
+        ) from error
+    click.echo(f"metrics: http://{host}:{server.server_port}/metrics", err=True)
+    return metrics
 
 
 @main.command()
@@ -712,6 +789,12 @@ def worker(
 @click.option("--isolation", type=click.Choice(ISOLATIONS), default=None, help="[default: bwrap]")
 @click.option("--warm-pool/--no-warm-pool", default=None, help="[default: on]")
 @click.option("--allow-root", is_flag=True, default=None, help="Let --isolation none run as root.")
+@click.option(
+    "--breakers",
+    "breakers_spec",
+    default=None,
+    help=f"Circuit breakers for /v1/score, as for score [default: {DEFAULT_SPEC}].",
+)
 def serve(
     host: str,
     port: int,
@@ -721,6 +804,7 @@ def serve(
     isolation: str | None,
     warm_pool: bool | None,
     allow_root: bool | None,
+    breakers_spec: str | None,
 ) -> None:
     """Serve the HTTP API: /v1/score, /v1/run, SandboxFusion's /run_code (docs at /docs).
 
@@ -742,11 +826,15 @@ def serve(
             isolation=isolation,
             warm_pool=warm_pool,
             allow_root=allow_root or None,
+            breakers=breakers_spec,
         )
         app = create_app(settings)
     except Error as error:
         raise click.ClickException(str(error)) from error
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    if logs.json_configured():  # uvicorn's records go to our JSON handler, not its own
+        uvicorn.run(app, host=host, port=port, log_level="info", log_config=None)
+    else:
+        uvicorn.run(app, host=host, port=port, log_level="info")
 
 
 @main.command()
@@ -886,6 +974,7 @@ def validate(
 for _command in STORAGE_COMMANDS:
     main.add_command(_command)
 
+main.add_command(status)
 
 if __name__ == "__main__":
     main()

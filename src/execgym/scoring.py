@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from execgym.breakers import Breakers, dataset_of, is_infrastructure_failure
 from execgym.errors import Error, SandboxSetupFailed
 from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
@@ -25,6 +26,7 @@ from execgym.judges.pytest_tests import PytestJudge
 from execgym.judges.stdio import StdioJudge
 from execgym.judges.unittest_tests import UnittestJudge
 from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.metrics import Metrics
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
 from execgym.reward.coverage import measure_coverage
 from execgym.reward.evaluate import check_tools
@@ -52,7 +54,8 @@ class ScoredRollout:
         task_id: The task.
         rollout_id: The caller's id, or ``"<task_id>#<index>"`` when none was given.
         verdict: The outcome.
-        reward: 1.0 or 0.0; ``None`` when masked (``sandbox_error``, ``invalid``).
+        reward: 1.0 or 0.0; ``None`` when masked (``sandbox_error``, ``invalid``,
+            ``language_unavailable``, ``quarantined``).
         judgement: The judge's evidence (``None`` for invalid input).
         isolation: The sandbox backend, ``"none"`` when not isolated.
         attempts: Sandbox runs made (2 when a sandbox error was retried).
@@ -149,6 +152,9 @@ class Scorer:
 
         reward: How to turn a judgement into a reward; ``None`` is the binary reward
             (1.0 for a pass) without a breakdown.
+        breakers: Circuit breakers per task type: a rollout of a quarantined type is
+            ``quarantined`` at once, without a sandbox; each outcome is recorded.
+        metrics: Where to count each finished rollout (by verdict and task type).
 
     Raises:
         ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
@@ -162,8 +168,13 @@ class Scorer:
         skipped_tasks: Mapping[str, str] | None = None,
         builder: Builder | None = None,
         reward: RewardSpec | None = None,
+        *,
+        breakers: Breakers | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.tasks = tasks
+        self.breakers = breakers
+        self.metrics = metrics
         self.skipped_tasks = dict(skipped_tasks or {})
         self.sandbox = sandbox
         self.limits = limits
@@ -251,7 +262,8 @@ class Scorer:
         """Score one rollout (or turn an unusable line into an ``invalid`` result)."""
         isolation = self.sandbox.name
         if isinstance(item, LineProblem):
-            return _invalid(item.index, "", f"line-{item.line_number}", str(item), isolation)
+            result = _invalid(item.index, "", f"line-{item.line_number}", str(item), isolation)
+            return self._finished(result, "unknown")
         rollout = item.rollout
         rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"
         task = self.tasks.get(rollout.task_id)
@@ -263,7 +275,48 @@ class Scorer:
                 else f"unknown task_id {rollout.task_id!r}: no such task in the tasks file; "
                 "check the rollout's task_id"
             )
-            return _invalid(item.index, rollout.task_id, rollout_id, message, isolation)
+            result = _invalid(item.index, rollout.task_id, rollout_id, message, isolation)
+            return self._finished(result, "unknown")
+        task_type = self.task_type(task)
+        if self.breakers is None:
+            result = await self._score_task(item.index, task, rollout, rollout_id)
+            return self._finished(result, task_type)
+        ticket = self.breakers.admit(task)
+        if ticket is None:
+            message = self.breakers.quarantine_message(task_type)
+            judgement = Judgement(Verdict.QUARANTINED, message=message)
+            result = ScoredRollout(
+                item.index, task.task_id, rollout_id, Verdict.QUARANTINED, None, judgement,
+                isolation, attempts=0, message=message,
+            )  # fmt: skip
+            return self._finished(result, task_type)
+        result = await self._score_task(item.index, task, rollout, rollout_id)
+        failed = is_infrastructure_failure(result.verdict)
+        self.breakers.record(ticket, infrastructure_failure=failed)
+        return self._finished(result, task_type)
+
+    def task_type(self, task: Task) -> str:
+        """The type of ``task`` for breakers and metrics (the breakers' key, else data set)."""
+        return self.breakers.type_of(task) if self.breakers is not None else dataset_of(task)
+
+    def _finished(self, result: ScoredRollout, task_type: str) -> ScoredRollout:
+        if self.metrics is not None:
+            self.metrics.job_done(result.verdict.value, task_type, result.verdict.is_masked)
+        log.info(
+            "scored",
+            extra={
+                "task_id": result.task_id,
+                "rollout_id": result.rollout_id,
+                "task_type": task_type,
+                "verdict": result.verdict.value,
+            },
+        )
+        return result
+
+    async def _score_task(
+        self, index: int, task: Task, rollout: Rollout, rollout_id: str
+    ) -> ScoredRollout:
+        isolation = self.sandbox.name
         judgement: Judgement | None = None
         attempt = 0
         for attempt in range(1, SANDBOX_ATTEMPTS + 1):
@@ -271,7 +324,7 @@ class Scorer:
                 limits = task.limits_over(self.limits)
                 judgement = await self.judge_rollout(task, rollout, limits)
             except Error as error:
-                return _invalid(item.index, task.task_id, rollout_id, str(error), isolation)
+                return _invalid(index, task.task_id, rollout_id, str(error), isolation)
             except Exception as error:  # our bug: never the model's fault, never a 0
                 log.exception("judge_crashed task_id=%s", task.task_id)
                 judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"internal error: {error!r}")
@@ -287,7 +340,7 @@ class Scorer:
             breakdown = await evaluate(self.reward, task, rollout.completion, judgement)
             reward = breakdown.total
         return ScoredRollout(
-            index=item.index,
+            index=index,
             task_id=task.task_id,
             rollout_id=rollout_id,
             verdict=judgement.verdict,

@@ -26,13 +26,17 @@ import os
 import secrets
 import signal
 import socket
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from execgym.breakers import Breakers, dataset_of
 from execgym.broker.base import Broker, Delivery
 from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.errors import BrokerError, ConfigError
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.logs import log_context
+from execgym.metrics import MeteredSandbox, Metrics
 from execgym.sandbox.base import Sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.tasks.loaders import RolloutLine
@@ -101,12 +105,29 @@ class Worker:
         broker: Where jobs come from and results go.
         sandbox: Where programs run (shared by the concurrent jobs).
         settings: Concurrency, attempts, drain.
+        breakers: Circuit breakers per task type: a job of a quarantined type gets the
+            ``quarantined`` verdict at once; sandbox errors and dead-lettered jobs
+            (which crashed or killed their worker) count as infrastructure failures.
+        metrics: Where to record jobs, sandbox runs, queue depth and heartbeats (the
+            sandbox is then wrapped in a :class:`~execgym.metrics.MeteredSandbox`).
     """
 
     def __init__(
-        self, broker: Broker, sandbox: Sandbox, settings: WorkerSettings | None = None
+        self,
+        broker: Broker,
+        sandbox: Sandbox,
+        settings: WorkerSettings | None = None,
+        *,
+        breakers: Breakers | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.broker = broker
+        self.breakers = breakers
+        self.metrics = metrics
+        if metrics is not None:
+            sandbox = MeteredSandbox(sandbox, metrics)  # type: ignore[assignment]
+            if breakers is not None:
+                metrics.watch(breakers)
         self.sandbox = sandbox
         self.settings = settings or WorkerSettings()
         self.name = self.settings.name
@@ -116,7 +137,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._scorer = Scorer({}, sandbox)
+        self._scorer = Scorer({}, sandbox, breakers=breakers)  # counted here, once stored
 
     def stop(self, *, drain: bool = True) -> None:
         """Stop: take no new job; running ones finish or are handed back.
@@ -222,6 +243,30 @@ class Worker:
         job = await self.load_task(delivery)
         if job is None:
             return
+        with log_context(job_id=job.job_id, batch_id=job.batch_id, worker=self.name):
+            await self._process(delivery, job)
+
+    def _task_type(self, job: JobMessage) -> str:
+        return self.breakers.type_of(job.task) if self.breakers else dataset_of(job.task)
+
+    def _count(self, job: JobMessage, scored: ScoredRollout) -> None:
+        log.info(
+            "job_done",
+            extra={
+                "task_id": scored.task_id,
+                "rollout_id": scored.rollout_id,
+                "verdict": scored.verdict.value,
+            },
+        )
+        if self.metrics is not None:
+            masked = scored.verdict.is_masked
+            self.metrics.job_done(scored.verdict.value, self._task_type(job), masked)
+
+    async def _process(self, delivery: Delivery, job: JobMessage) -> None:
+        if self.metrics is not None and delivery.attempt == 1 and not delivery.already_done:
+            self.metrics.jobs_submitted.labels(self._task_type(job)).inc()
+            if job.submitted_at is not None:
+                self.metrics.queue_lag.observe(max(0.0, time.time() - job.submitted_at))
         if delivery.already_done:  # a duplicate delivery or submission
             await self._announce_stored(job)
             await self.ack(delivery)
@@ -239,6 +284,7 @@ class Worker:
             self.stats.retried += 1
             return
         await self.store_and_ack(delivery, self.reward(job, scored, delivery))
+        self._count(job, scored)
         self.stats.done += 1
 
     async def load_task(self, delivery: Delivery) -> JobMessage | None:
@@ -297,6 +343,8 @@ class Worker:
             "timeout); the reward is masked, and the job is kept in the dead-letter stream"
         )
         log.error("dead_letter job_id=%s attempts=%d", job.job_id, tries)
+        if self.breakers is not None:
+            self.breakers.record_failure(job.task)
         scored = ScoredRollout(
             index=job.index,
             task_id=job.task.task_id,
@@ -315,6 +363,7 @@ class Worker:
         )
         await self.store(result)
         await self.broker.dead_letter(delivery, reason)
+        self._count(job, scored)
         self.stats.dead_lettered += 1
 
     async def _heartbeat_loop(self) -> None:
@@ -323,9 +372,22 @@ class Worker:
             try:
                 held = [*self._running.values(), *self._buffer]
                 await self.broker.heartbeat(self.name, held)
+                if self.metrics is not None:
+                    await self._observe_broker()
             except BrokerError as error:
                 log.warning("heartbeat failed: %s", error)
             await asyncio.sleep(interval_s)
+
+    async def _observe_broker(self) -> None:
+        """Heartbeat gauges (this worker's, and every live one's), queue depth."""
+        assert self.metrics is not None  # only called with metrics
+        self.metrics.worker_heartbeat.labels(self.name).set(time.time())
+        self.metrics.queue_depth.set(await self.broker.queued())
+        live_workers = getattr(self.broker, "live_workers", None)
+        if live_workers is not None:
+            for name, info in (await live_workers()).items():
+                if isinstance(info.get("at"), int | float):
+                    self.metrics.worker_heartbeat.labels(name).set(info["at"])
 
     async def _drain(self) -> None:
         """Hand buffered jobs back; running ones get ``drain_timeout_s``, then go back."""
@@ -429,7 +491,10 @@ async def run_node(worker: Worker) -> None:
 
 
 async def describe_broker(broker: Broker) -> str:
-    """A few lines on a broker's state, for ``execgym worker --check``.
+    """A few lines on a broker's state, for ``execgym worker --check`` and ``status``.
+
+    The queue, the live workers (each with the jobs it holds and its last heartbeat)
+    and the dead letters; the broker is closed afterwards.
 
     Raises:
         BrokerUnavailable: if it cannot be reached.
@@ -447,6 +512,11 @@ async def describe_broker(broker: Broker) -> str:
             live = await live_workers()
             running = sum(int(info.get("running", 0)) for info in live.values())
             lines.append(f"live workers: {len(live)} ({running} jobs running)")
+            now = time.time()
+            for name, info in sorted(live.items()):
+                age_s = now - float(info.get("at", now))
+                held = info.get("running", 0)
+                lines.append(f"  {name}: {held} job(s) held, last heartbeat {age_s:.1f} s ago")
         lines.append(f"dead letters (latest): {len(await broker.dead_letters())}")
         return "\n".join(lines)
     finally:

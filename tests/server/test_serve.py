@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -24,12 +25,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def server() -> Iterator[str]:
+@contextlib.contextmanager
+def serving(env: dict[str, str], *args: str) -> Iterator[str]:
+    """``execgym [ARGS] serve --port P`` in a process; its URL once ``/healthz`` answers.
+
+    ``args`` are the group's options (``--log-format json``) then ``serve``'s, split at
+    ``serve``; stopped with SIGTERM (then killed) at the end.
+    """
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     port = free_port()
-    env = {**os.environ, "EXECGYM_SERVER_TOKEN": "smoke-token"}
-    argv = [sys.executable, "-m", "execgym", "serve", "--port", str(port), "--workers", "1"]
+    split = args.index("serve") if "serve" in args else 0
+    group, serve_args = args[:split], args[split + 1 :] if "serve" in args else args
+    argv = [sys.executable, "-m", "execgym", *group, "serve", "--port", str(port), *serve_args]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -55,6 +62,13 @@ def server() -> Iterator[str]:
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    env = {**os.environ, "EXECGYM_SERVER_TOKEN": "smoke-token"}
+    with serving(env, "--workers", "1") as url:
+        yield url
 
 
 def test_serve_answers_verl_over_tcp(server: str) -> None:

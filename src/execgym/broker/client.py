@@ -50,6 +50,7 @@ def make_jobs(
         ``invalid`` results without running anything.
     """
     batch = batch_id or uuid.uuid4().hex
+    now = time.time()
     jobs: list[JobMessage] = []
     local: list[RolloutLine | LineProblem] = []
     for item in items:
@@ -65,6 +66,7 @@ def make_jobs(
                 task=task,
                 rollout=item.rollout,
                 limits=limits,
+                submitted_at=now,
             )
         )
     return jobs, local

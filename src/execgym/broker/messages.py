@@ -74,6 +74,8 @@ class JobMessage(_Message):
         limits: Limits for the run (the task's own ``limits`` still override them).
         attempt: Attempts already counted before this delivery, plus one: 1 for a new
             job; a job handed back after a crash keeps counting.
+        submitted_at: Unix seconds when it was submitted, for the queue-lag metric
+            (``None``: not known).
     """
 
     kind: ClassVar[str] = "job"
@@ -86,6 +88,7 @@ class JobMessage(_Message):
     rollout: Rollout
     limits: Limits = DEFAULT_LIMITS
     attempt: int = Field(default=1, ge=1)
+    submitted_at: float | None = None
 
 
 class ResultMessage(_Message):

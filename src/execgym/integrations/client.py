@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
+from execgym.breakers import Breakers
 from execgym.errors import Error
 from execgym.integrations.extract import completion_text, extract_code
 from execgym.integrations.ground_truth import record_from_ground_truth, task_from_record
@@ -69,6 +70,8 @@ class RewardClient:
         limits: Limits of each run.
         reward: A :class:`RewardSpec`, a preset name or a TOML path.
         concurrency: Runs at once (default: CPU count).
+        breakers: Circuit breakers per task type (see :mod:`execgym.breakers`): a
+            sample of a quarantined type is ``quarantined``, masked (``None``), at once.
 
     Raises:
         ConfigError: for an unknown reward or a missing tool it needs.
@@ -81,7 +84,9 @@ class RewardClient:
         limits: Limits = DEFAULT_LIMITS,
         reward: RewardSpec | str = "binary",
         concurrency: int | None = None,
+        breakers: Breakers | None = None,
     ) -> None:
+        self.breakers = breakers
         self.spec = reward if isinstance(reward, RewardSpec) else load_spec(reward)
         self.limits = limits
         self._sandbox = sandbox
@@ -118,7 +123,13 @@ class RewardClient:
         """Score ``completion`` (code, or text with fenced code) against ``task``."""
         code = extract_code(completion)
         async with self._slots:
-            scorer = Scorer({task.task_id: task}, self._box(), self.limits, reward=self.spec)
+            scorer = Scorer(
+                {task.task_id: task},
+                self._box(),
+                self.limits,
+                reward=self.spec,
+                breakers=self.breakers,
+            )
             result = await scorer.score_one(
                 RolloutLine(0, Rollout(task_id=task.task_id, completion=code))
             )

@@ -13,8 +13,9 @@ from execgym.sandbox.base import RunResult, Status
 class Verdict(enum.Enum):
     """The outcome of one rollout.
 
-    ``SANDBOX_ERROR``, ``INVALID`` and ``LANGUAGE_UNAVAILABLE`` are not the model's
-    fault: their reward is ``None`` (masked), never 0. ``COMPILE_ERROR`` is: 0.
+    ``SANDBOX_ERROR``, ``INVALID``, ``LANGUAGE_UNAVAILABLE`` and ``QUARANTINED`` (see
+    :mod:`execgym.breakers`) are not the model's fault: their reward is ``None``
+    (masked), never 0. ``COMPILE_ERROR`` is: 0.
     """
 
     PASSED = "passed"  # every test passed
@@ -28,11 +29,17 @@ class Verdict(enum.Enum):
     INVALID = "invalid"  # the input was unusable (unknown task, malformed line)
     COMPILE_ERROR = "compile_error"  # the source did not compile (compiler's message kept)
     LANGUAGE_UNAVAILABLE = "language_unavailable"  # no toolchain for it here; masked
+    QUARANTINED = "quarantined"  # its task type's circuit breaker is open: not run; masked
 
     @property
     def is_masked(self) -> bool:
         """Whether this verdict carries no reward (our fault or bad input)."""
-        return self in (Verdict.SANDBOX_ERROR, Verdict.INVALID, Verdict.LANGUAGE_UNAVAILABLE)
+        return self in (
+            Verdict.SANDBOX_ERROR,
+            Verdict.INVALID,
+            Verdict.LANGUAGE_UNAVAILABLE,
+            Verdict.QUARANTINED,
+        )
 
 
 RUN_STATUS_VERDICT = {

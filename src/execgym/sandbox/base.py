@@ -7,7 +7,7 @@ How a run ended (:class:`Status`), what it used (:class:`RunResult`), and the
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,3 +131,62 @@ class Sandbox(Protocol):
             TaskError: if a file name would escape the work dir.
         """
         ...
+
+
+class SandboxWrapper:
+    """A sandbox that hands every run to ``inner`` through :meth:`around`.
+
+    Subclasses override :meth:`around` to bound, meter or log runs without repeating
+    the :class:`Sandbox` signatures.
+
+    Args:
+        inner: The sandbox that runs the programs.
+    """
+
+    def __init__(self, inner: Sandbox) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def around(self, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        """Do the run ``run()`` starts; the default just awaits it."""
+        return await run()
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """:meth:`Sandbox.run` of ``inner``, through :meth:`around`."""
+        return await self.around(
+            lambda: self.inner.run(
+                argv, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
+            )
+        )
+
+    async def run_python(
+        self,
+        source: bytes,
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """:meth:`Sandbox.run_python` of ``inner``, through :meth:`around`."""
+        return await self.around(
+            lambda: self.inner.run_python(
+                source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
+            )
+        )
+
+    async def aclose(self) -> None:
+        """Close ``inner`` if it keeps processes (the warm pool)."""
+        aclose = getattr(self.inner, "aclose", None)
+        if aclose is not None:
+            await aclose()

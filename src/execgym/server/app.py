@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,7 +19,9 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
 
 from execgym._version import __version__
+from execgym.breakers import from_spec
 from execgym.errors import ConfigError, Error, TaskError
+from execgym.metrics import MeteredSandbox
 from execgym.sandbox import WarmPoolSandbox, create_sandbox
 from execgym.sandbox.base import Sandbox
 from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
@@ -31,6 +34,7 @@ from execgym.server.middleware import BodyLimit, RequestMetrics
 from execgym.server.routes import api, health
 from execgym.server.service import Service
 from execgym.server.settings import ServerSettings
+from execgym.server.status import StatusBoard
 
 log = logging.getLogger(__name__)
 
@@ -130,26 +134,42 @@ def create_app(
     """
     settings = settings or ServerSettings.from_env()
     toolchains = toolchains or find_toolchains()
-    bounded = BoundedSandbox(sandbox or build_sandbox(settings, toolchains), settings.workers)
     capacity = Capacity(settings.max_in_flight, settings.workers)
     metrics = Metrics(capacity)
+    inner = sandbox or build_sandbox(settings, toolchains)
+    bounded = BoundedSandbox(MeteredSandbox(inner, metrics), settings.workers)
+    breakers = from_spec(settings.breakers)
+    if breakers is not None:
+        metrics.watch(breakers)
+    board = StatusBoard(
+        metrics, capacity, breakers, worker=settings.pod_name or socket.gethostname()
+    )
 
     def count(result: ScoredRollout) -> None:
         metrics.rollouts.labels(result.verdict.value).inc()
+        board.record(result)
 
     runner = (
         jobs(bounded, capacity)
         if jobs is not None
         else EmbeddedJobRunner(
-            bounded, capacity, workers=settings.workers, ttl_s=settings.job_ttl_s, on_result=count
+            bounded,
+            capacity,
+            workers=settings.workers,
+            ttl_s=settings.job_ttl_s,
+            on_result=count,
+            breakers=breakers,
+            metrics=metrics,
         )
     )
     service = Service(settings, bounded, toolchains, capacity, runner, metrics)
+    service.status = board
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            yield
+            async with board.heartbeating():
+                yield
         finally:
             await runner.aclose()
             await bounded.aclose()

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from execgym.errors import CapacityExceeded
-from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox.base import RunResult, Sandbox
+from execgym.sandbox.base import RunResult, Sandbox, SandboxWrapper
 
 MAX_RETRY_AFTER_S = 60
 """The longest ``Retry-After`` the service advises."""
@@ -79,7 +78,7 @@ class Capacity:
             self.release(1, item_s=self._clock() - started)
 
 
-class BoundedSandbox:
+class BoundedSandbox(SandboxWrapper):
     """A sandbox that runs at most ``workers`` programs at once; the rest wait.
 
     Args:
@@ -88,44 +87,10 @@ class BoundedSandbox:
     """
 
     def __init__(self, inner: Sandbox, workers: int) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self._gate = asyncio.Semaphore(workers)
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """:meth:`Sandbox.run`, once a worker is free."""
+    async def around(self, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        """The run, once a worker is free."""
         async with self._gate:
-            return await self.inner.run(
-                argv, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-            )
-
-    async def run_python(
-        self,
-        source: bytes,
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """:meth:`Sandbox.run_python`, once a worker is free."""
-        async with self._gate:
-            return await self.inner.run_python(
-                source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-            )
-
-    async def aclose(self) -> None:
-        """Close the inner sandbox if it keeps processes (the warm pool)."""
-        aclose = getattr(self.inner, "aclose", None)
-        if aclose is not None:
-            await aclose()
+            return await run()

@@ -12,11 +12,14 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from execgym.breakers import Breakers, dataset_of
 from execgym.limits import Limits
+from execgym.logs import log_context
+from execgym.metrics import Metrics, timed
 from execgym.sandbox.base import Sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.server.capacity import Capacity
@@ -121,6 +124,8 @@ class EmbeddedJobRunner:
         ttl_s: Seconds a finished job stays retrievable.
         on_result: Called with every result as it is ready (metrics).
         clock: Monotonic seconds; injectable for tests.
+        breakers: Circuit breakers per task type, shared by every job.
+        metrics: Where to count submitted and finished rollouts and their queue lag.
     """
 
     def __init__(
@@ -132,8 +137,12 @@ class EmbeddedJobRunner:
         ttl_s: float,
         on_result: Callable[[ScoredRollout], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        breakers: Breakers | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._on_result = on_result
+        self._breakers = breakers
+        self._metrics = metrics
         self.sandbox = sandbox
         self.capacity = capacity
         self._workers = workers
@@ -149,13 +158,33 @@ class EmbeddedJobRunner:
         job_id = uuid.uuid4().hex
         job = _Job(JobView(job_id, "queued", len(batch.items), ()))
         self._jobs[job_id] = job
+        self._count_submitted(batch)
+        log.info("job_submitted", extra={"job_id": job_id, "rollouts": len(batch.items)})
         task = asyncio.create_task(self._score(job, batch), name=f"execgym-job-{job_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job_id
 
+    def _count_submitted(self, batch: Batch) -> None:
+        if self._metrics is None:
+            return
+        type_of = self._breakers.type_of if self._breakers is not None else dataset_of
+        for item in batch.items:
+            task = batch.tasks.get(item.rollout.task_id) if isinstance(item, RolloutLine) else None
+            self._metrics.jobs_submitted.labels(type_of(task) if task else "unknown").inc()
+
     async def _score(self, job: _Job, batch: Batch) -> None:
-        scorer = Scorer(dict(batch.tasks), self.sandbox, batch.limits, batch.skipped_tasks)
+        scorer = Scorer(
+            dict(batch.tasks),
+            self.sandbox,
+            batch.limits,
+            batch.skipped_tasks,
+            breakers=self._breakers,
+            metrics=self._metrics,
+        )
+        items: Iterable[RolloutLine | LineProblem] = batch.items
+        if self._metrics is not None:
+            items = timed(items, self._clock(), self._metrics, self._clock)
         job.view = JobView(job.view.job_id, "running", job.view.total, ())
         pending = len(batch.items)
 
@@ -171,7 +200,8 @@ class EmbeddedJobRunner:
         state: JobState = "done"
         message = ""
         try:
-            results = await scorer.score(batch.items, workers=self._workers, on_result=on_result)
+            with log_context(job_id=job.view.job_id):  # inherited by the scoring tasks
+                results = await scorer.score(items, workers=self._workers, on_result=on_result)
             job.results = list(results)
         except asyncio.CancelledError:
             state, message = "failed", "the service stopped before the job finished"
@@ -180,6 +210,7 @@ class EmbeddedJobRunner:
             log.exception("job_failed job_id=%s", job.view.job_id)
             state, message = "failed", f"internal error ({type(error).__name__}); see the log"
         finally:
+            log.info("job_finished", extra={"job_id": job.view.job_id, "state": state})
             self.capacity.release(pending)
             job.view = JobView(job.view.job_id, state, job.view.total, (), message)
             job.finished_at = self._clock()

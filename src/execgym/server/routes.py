@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -29,6 +29,7 @@ from execgym.server.schemas import (
     ScoreRequest,
 )
 from execgym.server.service import Service
+from execgym.server.status import status_page
 
 _bearer = HTTPBearer(auto_error=False, description="the token given to `execgym serve`")
 
@@ -86,6 +87,36 @@ async def metrics(request: Request) -> Response:
     """Prometheus metrics."""
     registry = service_of(request).metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@health.get("/status", response_class=HTMLResponse, tags=["status"])
+async def status_html() -> HTMLResponse:
+    """The live status page (it holds no data: its script polls ``/v1/status``)."""
+    return HTMLResponse(status_page())
+
+
+@api.get("/v1/status", tags=["status"])
+async def status_json(request: Request) -> dict[str, object]:
+    """Throughput, verdict mix, active sandboxes, breakers and worker health."""
+    board = service_of(request).status
+    if board is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "this app keeps no status board")
+    return board.snapshot()
+
+
+@api.post("/v1/breakers/{task_type:path}/reset", tags=["status"])
+async def reset_breaker(task_type: str, request: Request) -> dict[str, object]:
+    """Close a task type's circuit breaker (an operator's reset, once the cause is fixed)."""
+    board = service_of(request).status
+    breakers = board.breakers if board is not None else None
+    if breakers is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "circuit breakers are off here")
+    if not breakers.reset(task_type):
+        known = ", ".join(sorted(breakers.views())) or "none yet"
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"no breaker for task type {task_type!r}; known: {known}"
+        )
+    return {"task_type": task_type, "state": "closed"}
 
 
 @api.get("/v1/ping", tags=["sandboxfusion"])

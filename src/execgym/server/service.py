@@ -20,6 +20,7 @@ from execgym.server.metrics import Metrics
 from execgym.server.programs import ProgramOutcome, ProgramRequest, run_program
 from execgym.server.schemas import ScoreRequest
 from execgym.server.settings import ServerSettings
+from execgym.server.status import StatusBoard
 from execgym.tasks.loaders import LineProblem, RolloutLine, canonical_rollouts, load_dataset
 from execgym.tasks.models import Rollout, Task
 
@@ -45,6 +46,7 @@ class Service:
         capacity: In-flight items.
         jobs: Scoring jobs.
         metrics: Prometheus metrics.
+        status: Throughput, verdict mix, breakers and heartbeats (``/v1/status``).
     """
 
     settings: ServerSettings
@@ -53,6 +55,7 @@ class Service:
     capacity: Capacity
     jobs: JobRunner
     metrics: Metrics
+    status: StatusBoard | None = None
     clock: Callable[[], float] = time.monotonic
     _ready_at: float | None = None
     _datasets: dict[str, dict[str, Task]] = field(default_factory=dict)

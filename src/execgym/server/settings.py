@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from execgym.breakers import DEFAULT_SPEC, from_spec
 from execgym.errors import ConfigError
 from execgym.limits import MiB, parse_size
 
@@ -39,6 +40,8 @@ class ServerSettings:
             before it is run again.
         pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
             ``EXECGYM_SERVER_POD_NAME`` from the pod's ``metadata.name``).
+        breakers: Circuit breakers per task type for ``/v1/score``, as
+            :func:`execgym.breakers.from_spec` reads them (``off`` turns them off).
 
     Raises:
         ConfigError: if a number is not positive and finite, or a name is unknown.
@@ -58,6 +61,7 @@ class ServerSettings:
     default_memory_bytes: int = 1024 * MiB
     readiness_ttl_s: float = 30.0
     pod_name: str | None = None
+    breakers: str = DEFAULT_SPEC
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -68,6 +72,7 @@ class ServerSettings:
                 raise ConfigError(f"{field.name} must be positive and finite, got {value!r}")
         if self.token is not None and not self.token.strip():
             raise ConfigError("token must not be empty; leave it unset to turn auth off")
+        from_spec(self.breakers)  # raises ConfigError for a bad spec
         if self.default_memory_bytes > self.max_memory_bytes:
             raise ConfigError("default_memory_bytes must not exceed max_memory_bytes")
 
