@@ -34,9 +34,10 @@ async def play_all(episodes: list[tuple[str, list[Any]]], **options: Any) -> lis
     return list(await asyncio.gather(*(play(t, a, **options) for t, a in episodes)))
 
 
-def solution(task_id: str) -> list[Any]:
-    """The shipped solution's actions, without its final submit."""
-    return [a for a in ScriptedAgent.for_example(task_id).actions if a.get("tool") != "submit"]
+def solution(task_id: str, *, run_tests: bool = True) -> list[Any]:
+    """The shipped solution's actions, without its final submit (nor run_tests if asked)."""
+    left_out = {"submit"} if run_tests else {"submit", "run_tests"}
+    return [a for a in ScriptedAgent.for_example(task_id).actions if a["tool"] not in left_out]
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from execgym.episodes import AsyncEnv, ScriptedAgent, make, parse_repo_task, repo_files
+from execgym.episodes import TOOLS, AsyncEnv, ScriptedAgent, make, parse_repo_task, repo_files
 from execgym.episodes.task import examples_dir
 from execgym.errors import TaskError
 from tests.conftest import processes_with, run_cgroups
@@ -60,15 +60,7 @@ async def test_reset_describes_the_task_and_the_tools() -> None:
         assert observation["task_id"] == "example/pager-last-page"
         assert "per_page" in observation["problem_statement"]
         assert "pager/core.py" in observation["files"]
-        assert observation["tools"] == [
-            "run_command",
-            "read_file",
-            "write_file",
-            "list_dir",
-            "apply_patch",
-            "run_tests",
-            "submit",
-        ]
+        assert observation["tools"] == list(TOOLS)
         assert observation["visible_tests"] == ["tests/test_core.py"]
         observation, reward, terminated, truncated, info = await env.step(
             call("run_command", command="python -c 'import sys; print(sys.version_info[:2])'")

@@ -187,7 +187,9 @@ def _judgement(task: RepoTask, judged: Judgement) -> Judgement:
         if isinstance(t, dict)
     }
     ids = task.hidden_node_ids
-    outcomes = {node: ran.get(node, "missing") for node in ids}
+    tampered = judged.error is not None and judged.error.type == "Tampered"
+    # A tampered run's outcomes are the agent's word, not pytest's: none is believed.
+    outcomes = {node: "tampered" if tampered else ran.get(node, "missing") for node in ids}
     passed = sum(outcome == "passed" for outcome in outcomes.values())
     details = {
         **judged.details,
@@ -197,7 +199,7 @@ def _judgement(task: RepoTask, judged: Judgement) -> Judgement:
         "fraction_passed": passed / len(ids) if ids else 0.0,
     }
     verdict, message = judged.verdict, judged.message
-    if judged.error is not None and judged.error.type == "Tampered":
+    if tampered:
         verdict = Verdict.TAMPERED
         details["hack"] = judged.error.message
     elif judged.run is not None and not verdict.is_masked and verdict is not Verdict.TAMPERED:
