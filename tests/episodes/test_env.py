@@ -16,6 +16,7 @@ import pytest
 from execgym.episodes import TOOLS, AsyncEnv, ScriptedAgent, make, parse_repo_task, repo_files
 from execgym.episodes.task import examples_dir
 from execgym.errors import TaskError
+from execgym.reward import load_spec
 from tests.conftest import processes_with, run_cgroups
 
 from .conftest import TASK_IDS, call, example, play, play_all, solution
@@ -52,6 +53,15 @@ async def test_submitting_without_changes_gets_zero_and_the_tasks_are_well_posed
         assert all(result.info["tests"][node] != "passed" for node in task.fail_to_pass)
         assert all(result.info["tests"][node] == "passed" for node in task.pass_to_pass)
         assert 0 < result.fraction < 1
+
+
+async def test_the_reward_spec_decides_the_reward() -> None:
+    result = await play(TASK_IDS[0], [], reward=load_spec("fraction"))
+    assert result.reward == pytest.approx(0.6)
+    assert result.fraction == pytest.approx(0.6)
+    assert result.info["reward_breakdown"]["components"]["correctness"]["score"] == pytest.approx(
+        0.6
+    )
 
 
 async def test_reset_describes_the_task_and_the_tools() -> None:
@@ -98,7 +108,8 @@ BAD_ACTIONS = [
 
 
 async def test_bad_actions_answer_ok_false_and_the_episode_goes_on() -> None:
-    actions = [*BAD_ACTIONS, call("run_command", command="rm leak root"), *solution(TASK_IDS[0])]
+    fix = solution(TASK_IDS[0], run_tests=False)
+    actions = [*BAD_ACTIONS, call("run_command", command="rm leak root"), *fix]
     task = example(TASK_IDS[0]).model_copy(update={"max_steps": 50})
     result = await play(task, actions)
     bad = result.observations[1 : 1 + len(BAD_ACTIONS)]
@@ -142,7 +153,7 @@ async def test_long_outputs_are_truncated_and_slow_commands_killed() -> None:
 
 
 async def test_the_step_budget_truncates_and_the_tree_is_still_scored() -> None:
-    fix = solution(TASK_IDS[0])
+    fix = solution(TASK_IDS[0], run_tests=False)
     task = example(TASK_IDS[0]).model_copy(update={"max_steps": len(fix)})
     nothing = example(TASK_IDS[0]).model_copy(update={"max_steps": 2})
     fixed, idle = await asyncio.gather(
@@ -216,7 +227,7 @@ async def test_an_agent_that_kills_its_session_gets_zero() -> None:
     assert result.truncated
     assert result.reward == 0.0
     assert result.verdict == "error"
-    assert "ended the session" in result.info["message"]
+    assert "agent died" in result.info["message"]
     assert run_cgroups() == []
 
 
@@ -231,7 +242,7 @@ async def test_setup_commands_and_tarball_snapshots(tmp_path: Path) -> None:
     assert "pager/core.py" in repo_files(task)
     broken = parse_repo_task({**fields, "setup": "echo oops >&2; exit 4"})
     result, failure = await asyncio.gather(
-        play(task, [call("read_file", path="BUILT.txt"), *solution(TASK_IDS[0])]),
+        play(task, [call("read_file", path="BUILT.txt"), *solution(TASK_IDS[0], run_tests=False)]),
         play(broken, []),
         return_exceptions=True,
     )

@@ -261,15 +261,24 @@ class AsyncEnv:
         assert self._original is not None
         why = session.closed_because
         try:
-            final = tree_from_tar(
-                await session.export_tree(skip=sorted(SKIPPED_NAMES)), what="the final tree"
-            )
-        except (SandboxError, TaskError) as error:
+            archive = await session.export_tree(skip=sorted(SKIPPED_NAMES))
+        except SandboxError as error:
+            why = why or session.closed_because
             await self.aclose()
-            if why is not None and "agent died" in why:  # the agent's commands killed it
-                message = f"the agent's commands ended the session: {why}"
+            if why is None or "agent died" in why:  # its commands' doing: not our failure
+                message = f"the agent's final tree could not be copied out: {why or error}"
                 return Grade(0.0, 0.0, Verdict.ERROR, message=message)
             return Grade(None, 0.0, Verdict.SANDBOX_ERROR, message=f"no final tree: {error}")
+        try:  # the tree is the agent's: one that cannot be scored is its failure
+            final = tree_from_tar(
+                archive,
+                what="the final tree",
+                max_bytes=2 * self.limits.disk_bytes,
+                skip_unsafe=True,
+            )
+        except TaskError as error:
+            await self.aclose()
+            return Grade(0.0, 0.0, Verdict.ERROR, message=str(error))
         await self.aclose()
         return await self.grader.grade(
             self.task, self._original, final, limits=self.limits, reward=self.reward_spec

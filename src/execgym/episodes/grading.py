@@ -64,7 +64,8 @@ class Grade:
         verdict: ``passed``, ``failed``, ``error``, ``tampered``, ``timeout``... or
             ``sandbox_error``.
         tests: Each hidden node id and its outcome (``passed``, ``failed``, ``error``,
-            ``skipped`` or ``missing``).
+            ``skipped``, ``missing`` when it did not run, ``tampered`` when the run's
+            report functions were replaced and no outcome is believed).
         message: Why, for humans.
         wall_time_s: Seconds the grading took.
         breakdown: The reward specification's breakdown (``None`` if not computed).
@@ -101,9 +102,15 @@ def clean_tree(
     """
     test_dirs = {PurePosixPath(name).parent for name in task.hidden_tests if "/" in name.strip("/")}
 
+    hidden = {PurePosixPath(name) for name in task.hidden_tests}
+
     def owned_by_task(name: str) -> bool:
         path = PurePosixPath(name)
-        return path.name in PROTECTED_NAMES or any(d in path.parents for d in test_dirs)
+        return (
+            path.name in PROTECTED_NAMES
+            or any(d in path.parents for d in test_dirs)
+            or not hidden.isdisjoint(path.parents)  # a directory where a test file goes
+        )
 
     tree = {name: content for name, content in final.items() if not owned_by_task(name)}
     tree.update({name: content for name, content in original.items() if owned_by_task(name)})
