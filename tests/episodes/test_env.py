@@ -16,6 +16,7 @@ import pytest
 from execgym.episodes import TOOLS, AsyncEnv, ScriptedAgent, make, parse_repo_task, repo_files
 from execgym.episodes.task import examples_dir
 from execgym.errors import TaskError
+from execgym.limits import MiB
 from execgym.reward import load_spec
 from tests.conftest import processes_with, run_cgroups
 
@@ -40,6 +41,9 @@ def test_the_scripted_agent_solves_each_example(task_id: str) -> None:
     assert set(result.info["tests"].values()) == {"passed"}
     assert all(o["ok"] for o in result.observations[1:]), result.observations
     assert [name for name, _ in result.step_times_s][-1] == "submit"
+    if result.info["session_peak_memory_bytes"] is not None:  # where a cgroup measures it
+        assert 0 < result.info["session_peak_memory_bytes"] < 512 * MiB
+        assert 0 < result.info["grading_peak_memory_bytes"] < 512 * MiB
 
 
 async def test_submitting_without_changes_gets_zero_and_the_tasks_are_well_posed() -> None:

@@ -117,6 +117,7 @@ class AsyncEnv:
         self._session: Session | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = 0.0
+        self._session_peak_bytes: int | None = None
 
     async def __aenter__(self) -> AsyncEnv:
         return self
@@ -251,6 +252,7 @@ class AsyncEnv:
         }
         if self.grade is not None:
             info.update(self.grade.as_info())
+            info["session_peak_memory_bytes"] = self._session_peak_bytes
         return info
 
     async def _finish(self) -> Grade:
@@ -260,6 +262,7 @@ class AsyncEnv:
         assert session is not None
         assert self._original is not None
         why = session.closed_because
+        self._session_peak_bytes = session.peak_memory_bytes()
         try:
             archive = await session.export_tree(skip=sorted(SKIPPED_NAMES))
         except SandboxError as error:

@@ -69,6 +69,7 @@ class Grade:
         message: Why, for humans.
         wall_time_s: Seconds the grading took.
         breakdown: The reward specification's breakdown (``None`` if not computed).
+        peak_memory_bytes: Peak memory of the scoring run, if measured.
     """
 
     reward: float | None
@@ -78,6 +79,7 @@ class Grade:
     message: str = ""
     wall_time_s: float = 0.0
     breakdown: RewardBreakdown | None = None
+    peak_memory_bytes: int | None = None
 
     def as_info(self) -> dict[str, Any]:
         """The grade as plain JSON for an episode's ``info``."""
@@ -90,6 +92,7 @@ class Grade:
             "message": self.message,
             "grading_time_s": round(self.wall_time_s, 4),
             "reward_breakdown": self.breakdown.to_json() if self.breakdown else None,
+            "grading_peak_memory_bytes": self.peak_memory_bytes,
         }
 
 
@@ -183,6 +186,7 @@ class Grader:
             message=judgement.message,
             wall_time_s=time.monotonic() - started,
             breakdown=breakdown,
+            peak_memory_bytes=run.peak_memory_bytes,
         )
 
 
