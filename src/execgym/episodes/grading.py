@@ -134,6 +134,9 @@ def changed_code(original: dict[str, bytes], final: dict[str, bytes]) -> str:
 class Grader:
     """Scores final trees; shared by episodes to bound how many score at once.
 
+    Share one between the episodes of one event loop (an :class:`AsyncEnv`'s, or the
+    batch runner's); each blocking :class:`Env` runs its own loop, so give each its own.
+
     Args:
         sandbox: Where the hidden tests run (a fresh bwrap sandbox per grading).
         max_concurrent: Most gradings running at once (each is a pytest process).
