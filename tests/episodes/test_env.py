@@ -256,3 +256,56 @@ async def test_setup_commands_and_tarball_snapshots(tmp_path: Path) -> None:
     assert isinstance(failure, TaskError)
     assert "exit code 4" in str(failure)
     assert "oops" in str(failure)
+
+
+BLANK = " "  # a blank context line of a diff
+
+FUZZY_PATCH = "\n".join(  # off by a few lines, one context line changed: needs fuzz
+    [
+        "--- a/pager/core.py",
+        "+++ b/pager/core.py",
+        "@@ -30,7 +30,7 @@",
+        "     if per_page <= 0:",
+        '         raise ValueError(f"per_page must be positive, got {per_page}")',
+        "     if total < 0:",
+        '-        raise ValueError(f"total must not be negative, got {total}")',
+        '+        raise ValueError(f"total must never be negative, got {total}")',
+        "     return total // per_page",
+        BLANK,
+        BLANK,
+        "",
+    ]
+)
+
+HALF_GOOD_PATCH = "\n".join(  # the first file's hunk applies, the second's does not
+    [
+        "--- a/pager/core.py",
+        "+++ b/pager/core.py",
+        "@@ -24,3 +24,3 @@",
+        '         raise ValueError(f"total must not be negative, got {total}")',
+        "-    return total // per_page",
+        "+    return -(-total // per_page)",
+        BLANK,
+        "--- a/pager/__init__.py",
+        "+++ b/pager/__init__.py",
+        "@@ -1,2 +1,2 @@",
+        "-this line is not there",
+        "+neither is this one",
+        BLANK,
+        "",
+    ]
+)
+
+
+async def test_patches_apply_with_fuzz_and_never_halfway() -> None:
+    async with AsyncEnv(example(TASK_IDS[0])) as env:
+        await env.reset()
+        before, *_ = await env.step(call("read_file", path="pager/core.py"))
+        half, *_ = await env.step(call("apply_patch", patch=HALF_GOOD_PATCH))
+        assert not half["ok"]
+        unchanged, *_ = await env.step(call("read_file", path="pager/core.py"))
+        assert unchanged["output"] == before["output"]
+        fuzzy, *_ = await env.step(call("apply_patch", patch=FUZZY_PATCH))
+        assert fuzzy["ok"], fuzzy
+        after, *_ = await env.step(call("read_file", path="pager/core.py"))
+        assert "must never be negative" in after["output"]
