@@ -54,7 +54,8 @@ def test_the_cli_plays_every_line_and_reports_the_broken_ones(tmp_path: Path) ->
     actions = _write_actions(tmp_path / "actions.jsonl")
     output = tmp_path / "results.jsonl"
     result = CliRunner().invoke(
-        main, ["episodes", "run", str(actions), "-j", "4", "-o", str(output)]
+        main,
+        ["episodes", "run", str(actions), "-j", "4", "-o", str(output), "--memory", "256MiB"],
     )
     assert result.exit_code == 0, result.output
     records = {r["line"]: r for r in map(json.loads, output.read_text().splitlines())}
@@ -99,3 +100,6 @@ def test_usage_errors_exit_non_zero(tmp_path: Path) -> None:
     assert same.exit_code == 2
     zero = runner.invoke(main, ["episodes", "run", str(actions), "-j", "0"])
     assert zero.exit_code == 2
+    tiny = runner.invoke(main, ["episodes", "run", str(actions), "--memory", "512"])
+    assert tiny.exit_code == 2
+    assert "16MiB" in tiny.output
