@@ -83,6 +83,8 @@ async def test_reset_describes_the_task_and_the_tools() -> None:
         assert observation["output"].strip() == "(3, 11)"
         assert (reward, terminated, truncated) == (0.0, False, False)
         assert info["step"] == 1
+        assert info["steps_left"] == example("example/pager-last-page").max_steps - 1
+        assert 0 < info["time_left_s"] <= example("example/pager-last-page").time_budget_s
         tests, *_ = await env.step(call("run_tests"))
         assert tests["ok"]
         assert "3 passed" in tests["output"]

@@ -249,6 +249,8 @@ class AsyncEnv:
             "step": self.steps,
             "step_time_s": round(time.monotonic() - step_started, 4),
             "elapsed_s": round(self.elapsed_s, 4),
+            "steps_left": max(0, self.task.max_steps - self.steps),
+            "time_left_s": round(max(0.0, self.task.time_budget_s - self.elapsed_s), 3),
         }
         if self.grade is not None:
             info.update(self.grade.as_info())
