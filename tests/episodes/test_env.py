@@ -209,7 +209,6 @@ def _open_fds() -> int:
 
 async def test_everything_is_reclaimed_when_an_episode_ends() -> None:
     marker = f"execgym-episode-{uuid.uuid4().hex}"
-    temp_before = set(Path("/tmp").glob("execgym-*"))
     async with AsyncEnv(example(TASK_IDS[0])) as env:
         await env.reset()  # warm up imports and caches before counting descriptors
         fds_before = _open_fds()
@@ -224,8 +223,8 @@ async def test_everything_is_reclaimed_when_an_episode_ends() -> None:
         assert processes_with(marker) == []
         assert run_cgroups() == []
         assert env._session is None
-    assert _open_fds() <= fds_before
-    assert set(Path("/tmp").glob("execgym-*")) == temp_before
+    assert _open_fds() <= fds_before  # no socket, pipe or memfd of a session is left
+    # (no host temp dir to check: sessions and scoring runs live in their own tmpfs)
 
 
 async def test_an_agent_that_kills_its_session_gets_zero() -> None:
