@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from execgym._version import __version__
 from execgym.breakers import BreakerPolicy, Breakers
+from execgym.episodes import AsyncEnv, Env, RepoTask, make
 from execgym.errors import (
     ConfigError,
     Error,
@@ -58,8 +59,10 @@ __all__ = [
     "AssertJudge",
     "BreakerPolicy",
     "Breakers",
+    "AsyncEnv",
     "Builder",
     "ConfigError",
+    "Env",
     "Error",
     "ErrorDetail",
     "FunctionCallJudge",
@@ -69,6 +72,7 @@ __all__ = [
     "Metrics",
     "NativeAssertJudge",
     "PytestJudge",
+    "RepoTask",
     "RewardBreakdown",
     "RewardSpec",
     "Rollout",
@@ -96,6 +100,7 @@ __all__ = [
     "load_rollouts",
     "load_spec",
     "load_tasks",
+    "make",
     "parse_size",
     "pass_at_k",
     "summarize",

@@ -975,6 +975,14 @@ for _command in STORAGE_COMMANDS:
     main.add_command(_command)
 
 main.add_command(status)
+def _add_episodes() -> None:
+    from execgym._episodes_cli import episodes
+
+    main.add_command(episodes)
+
+
+_add_episodes()
+
 
 if __name__ == "__main__":
     main()
