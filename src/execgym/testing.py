@@ -280,7 +280,11 @@ class FakeEpisodeEnv:
             try:
                 arguments = json.loads(arguments)
             except ValueError:
-                error = {"error": f"arguments are not JSON: {arguments[:80]!r}"}
+                error = {
+                    "tool": name,
+                    "ok": False,
+                    "output": f"arguments are not JSON: {arguments[:80]!r}",
+                }
                 return error, 0.0, False, False, {}
         solved = all(self.files.get(p) == text for p, text in self.task.solution.items())
         reward, terminated, observation = 0.0, False, self._tool(name, arguments, solved)
@@ -290,23 +294,27 @@ class FakeEpisodeEnv:
         return observation, reward, terminated, truncated, {"tool": name, "step": self.steps}
 
     def _tool(self, name: Any, arguments: Mapping[str, Any], solved: bool) -> dict[str, Any]:
+        ok, text = self._carry_out(name, arguments, solved)
+        return {"tool": name, "ok": ok, "output": text}
+
+    def _carry_out(self, name: Any, arguments: Mapping[str, Any], solved: bool) -> tuple[bool, str]:
         if name == "write_file":
             self.files[str(arguments["path"])] = str(arguments["content"])
-            return {"output": f"wrote {arguments['path']}"}
+            return True, f"wrote {arguments['path']}"
         if name == "read_file":
             path = str(arguments.get("path"))
-            if path not in self.files:
-                return {"error": f"no such file: {path}"}
-            return {"output": self.files[path]}
+            return (
+                (True, self.files[path]) if path in self.files else (False, f"no such file: {path}")
+            )
         if name == "list_dir":
-            return {"output": "\n".join(sorted(self.files))}
+            return True, "\n".join(sorted(self.files))
         if name in ("run_command", "apply_patch"):
-            return {"output": f"{name}: nothing runs in a FakeEpisodeEnv"}
+            return True, f"{name}: nothing runs in a FakeEpisodeEnv"
         if name == "run_tests":
-            return {"output": "1 passed" if solved else "1 failed"}
+            return solved, "1 passed" if solved else "1 failed"
         if name == "submit":
-            return {"output": "submitted"}
-        return {"error": f"unknown tool {name!r}; tools: {', '.join(FAKE_TOOLS)}"}
+            return True, "submitted"
+        return False, f"unknown tool {name!r}; tools: {', '.join(FAKE_TOOLS)}"
 
     async def aclose(self) -> None:
         """Mark the episode closed (idempotent)."""

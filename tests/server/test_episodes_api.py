@@ -56,7 +56,7 @@ async def test_an_episode_is_opened_stepped_read_and_deleted() -> None:
         step = await client.post(f"/v1/episodes/{episode}/step", json=FIX)
         assert step.status_code == 200, step.text
         assert step.json() == {
-            "observation": {"output": "wrote calc.py"},
+            "observation": {"tool": "write_file", "ok": True, "output": "wrote calc.py"},
             "reward": 0.0,
             "terminated": False,
             "truncated": False,
@@ -67,7 +67,7 @@ async def test_an_episode_is_opened_stepped_read_and_deleted() -> None:
             f"/v1/episodes/{episode}/step",
             json={"action": {"name": "run_tests", "arguments": "{}"}},
         )
-        assert tested.json()["observation"] == {"output": "1 passed"}
+        assert tested.json()["observation"]["output"] == "1 passed"
         state = (await client.get(f"/v1/episodes/{episode}")).json()
         assert (state["state"], state["steps"], state["task_id"]) == ("running", 2, "fake/fix-add")
 
@@ -122,7 +122,7 @@ async def test_bad_requests_say_what_is_wrong() -> None:
             f"/v1/episodes/{episode['episode_id']}/step", json={"tool": "rm_rf", "arguments": {}}
         )
         assert wrong.status_code == 200
-        assert "unknown tool" in wrong.json()["observation"]["error"]
+        assert "unknown tool" in wrong.json()["observation"]["output"]
         missing = await client.post("/v1/episodes/deadbeef/step", json={"tool": "submit"})
         assert missing.status_code == 404
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
 
-from execgym.errors import ConfigError, TaskNotFound
+from execgym.errors import ConfigError, TaskError, TaskNotFound
 
 StepTuple = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
 """``(observation, reward, terminated, truncated, info)``, as Gymnasium's ``step``."""
@@ -101,6 +103,11 @@ def tool_schemas() -> list[dict[str, Any]]:
 class ShippedTasks:
     """The example tasks shipped with execgym, plus those of ``paths`` (``load_repo_tasks``).
 
+    An inline task (sent over HTTP) may only take its repository snapshot from where the
+    known tasks keep theirs: the shipped examples' directory and the directories of
+    ``paths``. A ``repo`` anywhere else on the server (``/etc``, ``~/.ssh``) is refused,
+    or a client could copy server files into its sandbox and read them.
+
     Args:
         paths: Task files or directories; loaded on first use.
     """
@@ -109,12 +116,33 @@ class ShippedTasks:
         self._paths = paths
         self._tasks: dict[str, Any] | None = None
 
+    def _roots(self) -> list[Path]:
+        roots = [Path(_episodes().examples_dir())]
+        for path in map(Path, self._paths):
+            roots.append(path if path.is_dir() else path.parent)
+        return [root.resolve() for root in roots]
+
+    def _allowed_repo(self, repo: str) -> str:
+        parsed = urlparse(repo)
+        if parsed.scheme not in ("", "file"):
+            raise TaskError(f"task.repo {repo!r}: give a snapshot path under a task directory")
+        path = Path(unquote(parsed.path) if parsed.scheme else repo)
+        for root in self._roots():
+            candidate = (path if path.is_absolute() else root / path).resolve()
+            if candidate.is_relative_to(root) and candidate.exists():
+                return str(candidate)
+        raise TaskError(
+            f"task.repo {repo!r} is not a snapshot under this server's task directories "
+            "(the shipped examples' and EXECGYM_SERVER_EPISODE_TASKS'); give a path relative "
+            "to one of them"
+        )
+
     def _load(self) -> dict[str, Any]:
         if self._tasks is None:
             episodes = _episodes()
-            tasks = {task.task_id: task for task in episodes.example_tasks()}
+            tasks = {task.id: task for task in episodes.example_tasks()}
             for path in self._paths:
-                tasks.update({task.task_id: task for task in episodes.load_repo_tasks(path)})
+                tasks.update({task.id: task for task in episodes.load_repo_tasks(path)})
             self._tasks = tasks
         return self._tasks
 
@@ -130,18 +158,10 @@ class ShippedTasks:
 
     def parse(self, record: Mapping[str, Any]) -> Any:
         """An inline ``RepoTask``; see :meth:`TaskCatalog.parse`."""
-        from pydantic import ValidationError
-
-        from execgym.errors import TaskError
-
-        try:
-            return _episodes().RepoTask.model_validate(record)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"task.{'.'.join(str(p) for p in item['loc'])}: {item['msg']}"
-                for item in error.errors()
-            )
-            raise TaskError(f"the inline task is not a valid RepoTask: {problems}") from error
+        record = dict(record)
+        if isinstance(record.get("repo"), str):
+            record["repo"] = self._allowed_repo(record["repo"])
+        return _episodes().parse_repo_task(record, source="task")
 
 
 MAX_TEXT_CHARS = 16_000
@@ -152,11 +172,15 @@ def observation_text(observation: Mapping[str, Any] | str | None) -> str:
     """An observation as the text a model reads in a tool message.
 
     A string field named ``text`` or ``output`` is used as is (the episode has already
-    truncated it, with its marker); any other observation is compact JSON. Longer than
+    truncated it, with its marker), followed by the exit code of a command that failed;
+    any other observation is compact JSON. The first observation (a problem statement)
+    reads as the statement, the repository's files and its visible tests. Longer than
     :data:`MAX_TEXT_CHARS`, the text is cut with a marker naming how much was left out.
     """
     if observation is None:
         return ""
+    if isinstance(observation, Mapping) and isinstance(observation.get("problem_statement"), str):
+        return _first_text(observation)
     if isinstance(observation, str):
         text = observation
     else:
@@ -168,6 +192,25 @@ def observation_text(observation: Mapping[str, Any] | str | None) -> str:
             ),
             None,
         ) or json.dumps(dict(observation), ensure_ascii=False, default=str)
+        exit_code = observation.get("exit_code")
+        if isinstance(exit_code, int) and exit_code != 0:
+            text += f"\n[exit code {exit_code}]"
+    return _bounded(text)
+
+
+def _first_text(observation: Mapping[str, Any]) -> str:
+    parts = [observation["problem_statement"].strip()]
+    files = observation.get("files")
+    if isinstance(files, list) and files:
+        more = " (more not listed)" if observation.get("files_truncated") else ""
+        parts.append("Files in the repository" + more + ":\n" + "\n".join(map(str, files)))
+    tests = observation.get("visible_tests")
+    if isinstance(tests, list) and tests:
+        parts.append("Visible tests (run_tests runs them): " + ", ".join(map(str, tests)))
+    return _bounded("\n\n".join(parts))
+
+
+def _bounded(text: str) -> str:
     if len(text) > MAX_TEXT_CHARS:
         cut = len(text) - MAX_TEXT_CHARS
         text = text[:MAX_TEXT_CHARS] + f"\n[... {cut} more characters truncated]"

@@ -80,7 +80,7 @@ class StepResponse(BaseModel):
     """One step's result, Gymnasium's five values."""
 
     observation: dict[str, Any]
-    reward: float
+    reward: float | None
     terminated: bool
     truncated: bool
     info: dict[str, Any]

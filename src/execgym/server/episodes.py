@@ -43,7 +43,7 @@ class EpisodeView:
         state: ``running`` or ``finished`` (terminated or truncated).
         steps: Steps taken.
         reward: Reward of the last step (the final one once finished); ``None`` before
-            any step.
+            any step, and when the final reward is masked (our failure, not the agent's).
         terminated: The task is over (submitted, or failed for good).
         truncated: Stopped by a budget (steps or time).
         idle_s: Seconds since the last call.
@@ -66,7 +66,7 @@ class StepOutcome:
     """What one step returned: Gymnasium's five values."""
 
     observation: dict[str, Any]
-    reward: float
+    reward: float | None
     terminated: bool
     truncated: bool
     info: dict[str, Any]
@@ -219,7 +219,7 @@ class EpisodeRegistry:
                     )
                 observation, reward, terminated, truncated, info = await episode.env.step(action)
                 episode.steps += 1
-                episode.reward = float(reward)
+                episode.reward = None if reward is None else float(reward)
                 episode.terminated, episode.truncated = bool(terminated), bool(truncated)
                 if episode.finished:
                     env, episode.env = episode.env, None
@@ -227,7 +227,7 @@ class EpisodeRegistry:
         finally:
             episode.busy -= 1
             episode.used_at = self._clock()
-        return StepOutcome(observation, float(reward), bool(terminated), bool(truncated), info)
+        return StepOutcome(observation, episode.reward, bool(terminated), bool(truncated), info)
 
     def get(self, episode_id: str) -> EpisodeView:
         """The episode's state.
