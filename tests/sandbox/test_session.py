@@ -128,3 +128,25 @@ def test_a_session_dies_with_its_parent(bwrap_sandbox) -> None:
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert processes_with(marker) == []
+
+
+async def test_listing_and_exporting_the_work_dir(bwrap_sandbox) -> None:
+    import io
+    import tarfile
+
+    async with open_session() as session:
+        await session.write_files({"pkg/a.py": b"x = 1\n", "pkg/__pycache__/a.pyc": b"c"})
+        await session.run(["/bin/ln", "-s", "/etc/passwd", "pkg/link"])
+        entries, truncated = await session.list_dir("pkg")
+        assert entries == [("__pycache__", "dir", 0), ("a.py", "file", 6), ("link", "link", 0)]
+        assert not truncated
+        assert (await session.list_dir("pkg", max_entries=1)) == ([("__pycache__", "dir", 0)], True)
+        with pytest.raises(SandboxError):
+            await session.list_dir("../etc")
+        exported = await session.export_tree(skip=["__pycache__"])
+    with tarfile.open(fileobj=io.BytesIO(exported)) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+        assert sorted(members) == ["pkg", "pkg/a.py", "pkg/link"]
+        assert members["pkg/link"].issym()
+        assert members["pkg/link"].linkname == "/etc/passwd"
+        assert archive.extractfile("pkg/a.py").read() == b"x = 1\n"

@@ -11,7 +11,12 @@ last argument), each a JSON header plus descriptors:
   + [stdin, stdout, stderr, report?]: start the command in its own session (process
   group) with those descriptors on fds 0-3; answered ``{"id", "started": pid}``, then
   ``{"id", "status": wait status}`` when it ends;
-- ``{"op": "kill", "id": n}``: SIGKILL the command's process group.
+- ``{"op": "kill", "id": n}``: SIGKILL the command's process group;
+- ``{"op": "list", "id": n, "name": str, "max_entries": int}``: answered ``{"id",
+  "entries": [[name, "file"|"dir"|"link"|"other", size]...], "truncated"}``;
+- ``{"op": "export", "id": n, "skip": [dir names]}``: answered with a tar archive of
+  /work (regular files, directories and symlinks, never following one) in an in-memory
+  file passed back.
 
 Every answer carries ``"id"``; a failed request is answered ``{"id", "error": text}``.
 The agent holds no secret: the commands run as the same user and may kill it, which
@@ -27,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 
 
 def unpack(data):
@@ -62,6 +68,45 @@ def read_file(name, max_bytes):
     fd = os.memfd_create("execgym-read", os.MFD_CLOEXEC)
     os.write(fd, content)
     return fd, len(content) > max_bytes
+
+
+def list_dir(name, max_entries):
+    path = inside_work(name)
+    entries = []
+    with os.scandir(path) as listing:
+        for entry in sorted(listing, key=lambda e: e.name):
+            if len(entries) >= max_entries:
+                return entries, True
+            if entry.is_symlink():
+                kind = "link"
+            elif entry.is_dir():
+                kind = "dir"
+            elif entry.is_file():
+                kind = "file"
+            else:
+                kind = "other"
+            size = entry.stat(follow_symlinks=False).st_size if kind == "file" else 0
+            entries.append([entry.name, kind, size])
+    return entries, False
+
+
+def export(skip):
+    fd = os.memfd_create("execgym-export", os.MFD_CLOEXEC)
+    skipped = set(skip)
+
+    def keep(info):
+        parts = info.name.split("/")
+        if skipped.intersection(parts) or not (info.isfile() or info.isdir() or info.issym()):
+            return None
+        return info
+
+    with (
+        os.fdopen(os.dup(fd), "wb") as handle,
+        tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as archive,
+    ):
+        for entry in sorted(os.listdir("/work")):
+            archive.add(os.path.join("/work", entry), arcname=entry, filter=keep)
+    return fd
 
 
 def start(header, fds):
@@ -132,6 +177,20 @@ def serve(control):
                 process = start(header, list(fds))
                 commands[process.pid] = (request, process)
                 control.send(json.dumps({"id": request, "started": process.pid}).encode())
+            elif header["op"] in ("list", "export"):
+                if header["op"] == "list":
+                    entries, truncated = list_dir(header["name"], header["max_entries"])
+                    answer, given = {"entries": entries, "truncated": truncated}, []
+                else:
+                    answer, given = {}, [export(header.get("skip", []))]
+                control.sendmsg(
+                    [json.dumps({"id": request, "ok": True, **answer}).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", given))]
+                    if given
+                    else [],
+                )
+                for fd in given:
+                    os.close(fd)
             elif header["op"] == "kill":
                 for pid, (running, _) in commands.items():
                     if running == header["target"]:

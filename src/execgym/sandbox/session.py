@@ -146,7 +146,7 @@ class Session:
         assert self._control is not None
         fds = array.array("i")
         try:
-            message, ancillary, _, _ = self._control.recvmsg(65536, socket.CMSG_SPACE(4 * 4))
+            message, ancillary, _, _ = self._control.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 4))
         except BlockingIOError:
             return
         except OSError:
@@ -276,6 +276,48 @@ class Session:
         self._waiters.pop(request, None)
         try:
             return os.pread(fds[0], max_bytes, 0)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    async def list_dir(
+        self, name: str = ".", *, max_entries: int = 500
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        """List a directory of the session's ``/work`` (symlinks are not followed).
+
+        Returns:
+            ``([(name, kind, size_bytes)...], truncated)``, sorted by name; ``kind`` is
+            ``file``, ``dir``, ``link`` or ``other`` (size 0 but for files); ``truncated``
+            when there were more than ``max_entries`` entries.
+
+        Raises:
+            SessionClosed: if the session is closed.
+            SandboxError: if it is not a directory of ``/work``.
+        """
+        header = {"op": "list", "name": name, "max_entries": max_entries}
+        request, queue = await self._request(header)
+        body, fds = await self._answer(request, queue)
+        self._waiters.pop(request, None)
+        for fd in fds:
+            os.close(fd)
+        entries = [(str(n), str(kind), int(size)) for n, kind, size in body["entries"]]
+        return entries, bool(body["truncated"])
+
+    async def export_tree(self, *, skip: Sequence[str] = ()) -> bytes:
+        """The whole of ``/work`` as an uncompressed tar archive (symlinks as symlinks).
+
+        Args:
+            skip: Directory or file names left out wherever they are (``__pycache__``).
+
+        Raises:
+            SessionClosed: if the session is closed.
+            SandboxError: if the agent could not pack it.
+        """
+        request, queue = await self._request({"op": "export", "skip": list(skip)})
+        _, fds = await self._answer(request, queue)
+        self._waiters.pop(request, None)
+        try:
+            return os.pread(fds[0], os.fstat(fds[0]).st_size, 0)
         finally:
             for fd in fds:
                 os.close(fd)

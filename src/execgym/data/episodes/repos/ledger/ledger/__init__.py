@@ -1,0 +1,1 @@
+"""ledger: invoices and sales reports. Amounts are integer cents."""

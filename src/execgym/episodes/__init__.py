@@ -1,0 +1,58 @@
+"""Agent episodes: multi-turn repository tasks scored by hidden tests.
+
+A text agent edits a repository and runs commands through tool calls in a persistent
+sandbox session; when it submits (or its step or time budget runs out) the hidden
+tests run on a clean copy of its final tree and give the reward::
+
+    import execgym
+
+    with execgym.make("example/pager-last-page") as env:
+        observation = env.reset()
+        observation, reward, terminated, truncated, info = env.step(
+            {"tool": "read_file", "arguments": {"path": "pager/core.py"}}
+        )
+
+Modules: :mod:`~execgym.episodes.task` (``RepoTask``, loading), :mod:`~.tools` (tool
+schemas, actions), :mod:`~.actions` (what each tool does), :mod:`~.observations`,
+:mod:`~.grading` (hidden tests, reward), :mod:`~.env` (``AsyncEnv``), :mod:`~.sync`
+(``Env``, ``make``), :mod:`~.agent` (``ScriptedAgent``), :mod:`~.batch` (many episodes).
+"""
+
+from __future__ import annotations
+
+from execgym.episodes.env import AsyncEnv, StepResult
+from execgym.episodes.grading import Grade, Grader
+from execgym.episodes.observations import truncate
+from execgym.episodes.sync import Env, as_task, make, make_async
+from execgym.episodes.task import (
+    RepoTask,
+    example_tasks,
+    find_task,
+    load_repo_tasks,
+    parse_repo_task,
+    repo_files,
+)
+from execgym.episodes.tools import TOOLS, ActionError, ToolCall, parse_action, tool_schemas
+
+__all__ = [
+    "TOOLS",
+    "ActionError",
+    "AsyncEnv",
+    "Env",
+    "Grade",
+    "Grader",
+    "RepoTask",
+    "StepResult",
+    "ToolCall",
+    "as_task",
+    "example_tasks",
+    "find_task",
+    "load_repo_tasks",
+    "make",
+    "make_async",
+    "parse_action",
+    "parse_repo_task",
+    "repo_files",
+    "tool_schemas",
+    "truncate",
+]

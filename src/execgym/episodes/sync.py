@@ -1,0 +1,111 @@
+"""The blocking :class:`Env` (Gymnasium-style) and :func:`make`.
+
+:class:`Env` wraps an :class:`~execgym.episodes.env.AsyncEnv` and runs it on an event
+loop of its own, in a daemon thread, so plain synchronous code (a training loop, a
+notebook) can drive an episode::
+
+    with execgym.make("example/pagination-page-count") as env:
+        observation = env.reset()
+        observation, reward, terminated, truncated, info = env.step(
+            {"tool": "submit", "arguments": {}}
+        )
+
+In async code use :class:`AsyncEnv` directly (``make_async``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from execgym.episodes.env import AsyncEnv, StepResult
+from execgym.episodes.task import RepoTask, example_tasks, find_task, parse_repo_task
+
+T = TypeVar("T")
+
+
+def as_task(task: RepoTask | dict[str, Any] | str) -> RepoTask:
+    """A :class:`RepoTask` from itself, its JSON, or the id of an example task.
+
+    Raises:
+        TaskError: for invalid JSON fields; TaskNotFound: for an unknown id.
+    """
+    if isinstance(task, RepoTask):
+        return task
+    if isinstance(task, str):
+        return find_task(task, example_tasks())
+    return parse_repo_task(task)
+
+
+class Env:
+    """A blocking episode environment; see the module docstring and :class:`AsyncEnv`.
+
+    Attributes:
+        unwrapped: The :class:`AsyncEnv` it drives.
+    """
+
+    def __init__(self, env: AsyncEnv) -> None:
+        self.unwrapped = env
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"execgym-env-{env.task.id}", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coroutine.close()
+            raise RuntimeError("the environment is closed")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    @property
+    def task(self) -> RepoTask:
+        """The episode's task."""
+        return self.unwrapped.task
+
+    def reset(self) -> dict[str, Any]:
+        """Start a new episode; see :meth:`AsyncEnv.reset`."""
+        return self._call(self.unwrapped.reset())
+
+    def step(self, action: Any) -> StepResult:
+        """One tool call; see :meth:`AsyncEnv.step`."""
+        return self._call(self.unwrapped.step(action))
+
+    def close(self) -> None:
+        """Reclaim the session and stop the loop thread; idempotent."""
+        if self._closed:
+            return
+        try:
+            self._call(self.unwrapped.aclose())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> Env:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def make_async(task: RepoTask | dict[str, Any] | str, **options: Any) -> AsyncEnv:
+    """An :class:`AsyncEnv` for ``task`` (a task, its JSON, or an example's id).
+
+    ``options`` are :class:`AsyncEnv`'s: ``reward``, ``limits``, ``idle_timeout_s``,
+    ``max_observation_bytes``, ``grader``.
+    """
+    return AsyncEnv(as_task(task), **options)
+
+
+def make(task: RepoTask | dict[str, Any] | str, **options: Any) -> Env:
+    """A blocking :class:`Env` for ``task``; ``options`` as for :func:`make_async`.
+
+    Raises:
+        TaskError: if ``task`` is not a valid task; TaskNotFound for an unknown id.
+    """
+    return Env(make_async(task, **options))
