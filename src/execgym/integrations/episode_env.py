@@ -117,7 +117,9 @@ class ShippedTasks:
         self._tasks: dict[str, Any] | None = None
 
     def _roots(self) -> list[Path]:
-        roots = [Path(_episodes().examples_dir())]
+        from execgym.episodes.task import examples_dir
+
+        roots = [Path(examples_dir())]
         for path in map(Path, self._paths):
             roots.append(path if path.is_dir() else path.parent)
         return [root.resolve() for root in roots]
