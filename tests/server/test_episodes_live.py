@@ -98,9 +98,12 @@ async def test_an_inline_task_may_only_use_a_snapshot_of_the_task_directories(
     toolchains: Toolchains,
 ) -> None:
     task = {"id": "mine/pager", "repo": "repos/pager", "problem_statement": "fix the pager"}
-    async with live_app(toolchains) as transport, httpx.AsyncClient(
-        transport=transport, base_url=BASE, headers={"Authorization": "Bearer t0ken"}
-    ) as http:
+    async with (
+        live_app(toolchains) as transport,
+        httpx.AsyncClient(
+            transport=transport, base_url=BASE, headers={"Authorization": "Bearer t0ken"}
+        ) as http,
+    ):
         for repo in ("/etc", "file:///root", "repos/../../../../../etc", "/proc/self"):
             refused = await http.post("/v1/episodes", json={"task": {**task, "repo": repo}})
             assert refused.status_code == 422, (repo, refused.text)
@@ -109,4 +112,5 @@ async def test_an_inline_task_may_only_use_a_snapshot_of_the_task_directories(
         assert opened.status_code == 201, opened.text
         assert "pager/core.py" in opened.json()["observation"]["files"]
         bad = await http.post("/v1/episodes", json={"task": {**task, "max_steps": -1}})
-        assert bad.status_code == 422 and "max_steps" in bad.json()["message"]
+        assert bad.status_code == 422
+        assert "max_steps" in bad.json()["message"]
