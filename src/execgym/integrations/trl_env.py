@@ -38,6 +38,7 @@ from execgym.integrations.episode_env import EpisodeEnv, local_env_factory, obse
 
 _loop: BackgroundLoop | None = None
 _lock = threading.Lock()
+_clients: dict[tuple[str, str | None], Any] = {}
 
 
 def _background() -> BackgroundLoop:
@@ -46,6 +47,16 @@ def _background() -> BackgroundLoop:
         if _loop is None:
             _loop = BackgroundLoop()
         return _loop
+
+
+def _client(base_url: str, token: str | None) -> Any:
+    """One connection pool per service, shared by every rollout slot (on the loop)."""
+    from execgym.integrations.episode_client import EpisodeClient
+
+    with _lock:
+        if (base_url, token) not in _clients:
+            _clients[base_url, token] = EpisodeClient(base_url, token=token)
+        return _clients[base_url, token]
 
 
 class EpisodeEnvironment:
@@ -71,7 +82,6 @@ class EpisodeEnvironment:
 
     def __init__(self) -> None:
         self._env: EpisodeEnv | None = None
-        self._client: Any = None
         self.reward: float | None = 0.0
         self.done = False
         self.steps = 0
@@ -82,14 +92,10 @@ class EpisodeEnvironment:
     def _new_env(self, task: Any) -> EpisodeEnv:
         if self.base_url is None:
             return local_env_factory(**self.env_options)(task)
-        if self._client is None:
-            from execgym.integrations.episode_client import EpisodeClient
-
-            token = os.environ.get(self.token_env)
-            self._client = EpisodeClient(self.base_url, token=token)
+        client = _client(self.base_url, os.environ.get(self.token_env))
         if isinstance(task, dict):
-            return self._client.env(task=task)  # type: ignore[no-any-return]
-        return self._client.env(str(task))  # type: ignore[no-any-return]
+            return client.env(task=task)  # type: ignore[no-any-return]
+        return client.env(str(task))  # type: ignore[no-any-return]
 
     def reset(self, **kwargs: Any) -> str | None:
         """Start an episode on the row's task (``task_id`` or ``task`` column).

@@ -120,17 +120,16 @@ class _Store:
 
             token = os.environ.get(str(config.get("token_env", "EXECGYM_SERVER_TOKEN")))
             client = EpisodeClient(str(base_url), token=token)
-            self.tasks = None
+            self._client: Any = client
 
             def build(task: Any) -> EpisodeEnv:
                 if isinstance(task, Mapping):
                     return client.env(task=task)
                 return client.env(str(task))
         else:
-            paths = config.get("task_paths") or []
-            self.tasks = ShippedTasks(*map(str, paths))
+            self._client = None
+            catalog = ShippedTasks(*map(str, config.get("task_paths") or []))
             local = local_env_factory()
-            catalog = self.tasks
 
             def build(task: Any) -> EpisodeEnv:
                 return local(catalog.get(task) if isinstance(task, str) else task)
@@ -141,8 +140,24 @@ class _Store:
             idle_timeout_s=float(config.get("idle_timeout_s", 600.0)),
         )
 
+    async def aclose(self) -> None:
+        await self.registry.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+
 
 _stores: dict[tuple[str, int], _Store] = {}
+
+
+async def close_episode_tools() -> None:
+    """Close every episode the tools of this event loop hold (and their connections).
+
+    verl never calls it (its workers end with their process); call it when a loop that
+    used the tools goes on to other work.
+    """
+    loop = id(asyncio.get_running_loop())
+    for key in [key for key in _stores if key[1] == loop]:
+        await _stores.pop(key).aclose()
 
 
 def _store(config: Mapping[str, Any]) -> _Store:
