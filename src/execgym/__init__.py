@@ -14,6 +14,7 @@ The library API, which the ``execgym`` command line is a thin layer over::
 from __future__ import annotations
 
 from execgym._version import __version__
+from execgym.episodes import AsyncEnv, Env, RepoTask, make
 from execgym.errors import (
     ConfigError,
     Error,
@@ -54,8 +55,10 @@ from execgym.tasks.extract import extract_code
 __all__ = [
     "DEFAULT_LIMITS",
     "AssertJudge",
+    "AsyncEnv",
     "Builder",
     "ConfigError",
+    "Env",
     "Error",
     "ErrorDetail",
     "FunctionCallJudge",
@@ -64,6 +67,7 @@ __all__ = [
     "LineProblem",
     "NativeAssertJudge",
     "PytestJudge",
+    "RepoTask",
     "RewardBreakdown",
     "RewardSpec",
     "Rollout",
@@ -91,6 +95,7 @@ __all__ = [
     "load_rollouts",
     "load_spec",
     "load_tasks",
+    "make",
     "parse_size",
     "pass_at_k",
     "summarize",

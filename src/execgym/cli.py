@@ -859,5 +859,14 @@ def validate(
     )
 
 
+def _add_episodes() -> None:
+    from execgym._episodes_cli import episodes
+
+    main.add_command(episodes)
+
+
+_add_episodes()
+
+
 if __name__ == "__main__":
     main()

@@ -20,6 +20,7 @@ schemas, actions), :mod:`~.actions` (what each tool does), :mod:`~.observations`
 
 from __future__ import annotations
 
+from execgym.episodes.agent import SUBMIT, EpisodeResult, ScriptedAgent
 from execgym.episodes.env import AsyncEnv, StepResult
 from execgym.episodes.grading import Grade, Grader
 from execgym.episodes.observations import truncate
@@ -35,13 +36,16 @@ from execgym.episodes.task import (
 from execgym.episodes.tools import TOOLS, ActionError, ToolCall, parse_action, tool_schemas
 
 __all__ = [
+    "SUBMIT",
     "TOOLS",
     "ActionError",
     "AsyncEnv",
     "Env",
+    "EpisodeResult",
     "Grade",
     "Grader",
     "RepoTask",
+    "ScriptedAgent",
     "StepResult",
     "ToolCall",
     "as_task",

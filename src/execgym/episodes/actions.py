@@ -66,16 +66,7 @@ async def carry_out(
     if isinstance(arguments, ListDir):
         return await _list(session, repo_path(arguments.path), max_bytes)
     if isinstance(arguments, ApplyPatch):
-        argv = ["/usr/bin/git", "apply", "-v", "--recount", f"-p{_strip_level(arguments.patch)}"]
-        run = await _run(
-            session,
-            [*argv, "-"],
-            limits,
-            env,
-            min(60.0, remaining_s),
-            stdin=arguments.patch.encode("utf-8"),
-        )
-        return observations.of_run(call.tool, run, max_bytes)
+        return await _apply_patch(session, arguments.patch, limits, env, remaining_s, max_bytes)
     # run_tests
     python = os.path.realpath(sys.executable)
     argv = [python, "-m", "pytest", "-q", "--rootdir", WORK_DIR, "-o", "addopts=", *visible_tests]
@@ -102,6 +93,29 @@ async def _run(
     if run.status is Status.SANDBOX_ERROR and session.closed_because is not None:
         raise SessionClosed(session.closed_because)
     return run
+
+
+async def _apply_patch(
+    session: Session,
+    patch: str,
+    limits: Limits,
+    env: Mapping[str, str],
+    remaining_s: float,
+    max_bytes: int,
+) -> dict[str, Any]:
+    """Apply ``patch`` with ``git apply`` (atomic: all files or none).
+
+    Tried again with ``--recount`` if that fails: the hunk headers' line counts of a
+    hand-edited diff are often wrong.
+    """
+    argv = ["/usr/bin/git", "apply", "-v", f"-p{_strip_level(patch)}"]
+    stdin = patch.encode("utf-8") if patch.endswith("\n") else (patch + "\n").encode("utf-8")
+    timeout_s = min(60.0, remaining_s)
+    run = await _run(session, [*argv, "-"], limits, env, timeout_s, stdin=stdin)
+    if run.exit_code != 0:
+        again = await _run(session, [*argv, "--recount", "-"], limits, env, timeout_s, stdin=stdin)
+        run = again if again.exit_code == 0 else run
+    return observations.of_run("apply_patch", run, max_bytes)
 
 
 def _strip_level(patch: str) -> int:

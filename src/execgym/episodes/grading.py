@@ -12,7 +12,7 @@ or what it tests comes from the task, never from the agent:
   ``setup.cfg``, ``pyproject.toml``), wherever they are, are the snapshot's (or
   absent, if it had none).
 
-Then ``fail_to_pass`` and ``pass_to_pass`` run in a fresh sandbox (not the session)
+Then the files of ``fail_to_pass`` and ``pass_to_pass`` run in a fresh sandbox (not the session)
 under the pytest harness of :mod:`execgym.judges.pytest_tests`, which records each
 test's outcome on its own report channel and notices a replaced report function
 (``tampered``, reward 0). A node id that did not run (deleted, renamed, not
@@ -149,9 +149,11 @@ class Grader:
         tree[HARNESS_NAME] = self._runner
         nonce = secrets.token_hex(16)
         header = f"EXECGYM-PYTEST1 {nonce} {PYTHON_LIBRARIES_DIR} 0"
-        # The harness hands each line to pytest as an argument: one broken test file
-        # must not stop the others from running (pytest stops at collection errors).
-        job = "\n".join([header, "--continue-on-collection-errors", *task.hidden_node_ids])
+        # The harness hands each line to pytest as an argument. The files are run, not
+        # the node ids (a node id in a file that fails to import stops pytest before any
+        # test runs), and one broken file must not stop the others.
+        files = dict.fromkeys(node.split("::", 1)[0] for node in task.hidden_node_ids)
+        job = "\n".join([header, "--continue-on-collection-errors", *files])
         wall = max(limits.wall_time_s, DEFAULT_GRADING_WALL_TIME_S)
         run_limits = limits.merged(wall_time_s=wall, cpu_time_s=max(limits.cpu_time_s, wall))
         async with self._slots:
@@ -185,7 +187,9 @@ def _judgement(task: RepoTask, judged: Judgement) -> Judgement:
         if isinstance(t, dict)
     }
     ids = task.hidden_node_ids
-    outcomes = {node: ran.get(node, "missing") for node in ids}
+    tampered = judged.error is not None and judged.error.type == "Tampered"
+    # A tampered run's outcomes are the agent's word, not pytest's: none is believed.
+    outcomes = {node: "tampered" if tampered else ran.get(node, "missing") for node in ids}
     passed = sum(outcome == "passed" for outcome in outcomes.values())
     details = {
         **judged.details,
@@ -195,7 +199,7 @@ def _judgement(task: RepoTask, judged: Judgement) -> Judgement:
         "fraction_passed": passed / len(ids) if ids else 0.0,
     }
     verdict, message = judged.verdict, judged.message
-    if judged.error is not None and judged.error.type == "Tampered":
+    if tampered:
         verdict = Verdict.TAMPERED
         details["hack"] = judged.error.message
     elif judged.run is not None and not verdict.is_masked and verdict is not Verdict.TAMPERED:

@@ -55,6 +55,13 @@ class Env:
         self._thread.start()
         self._closed = False
 
+    def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the environment's loop and return its result.
+
+        For code written against :class:`AsyncEnv`, such as :meth:`ScriptedAgent.arun`.
+        """
+        return self._call(coroutine)
+
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._closed:
             coroutine.close()

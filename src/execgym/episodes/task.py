@@ -21,7 +21,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from execgym.errors import TaskError, TaskNotFound
 from execgym.limits import DEFAULT_LIMITS, Limits
@@ -87,6 +94,14 @@ class RepoTask(BaseModel):
         if value != "pytest":
             raise ValueError(f"test_command {value!r} is not supported: use 'pytest'")
         return value
+
+    @model_validator(mode="after")
+    def _has_hidden_tests(self) -> RepoTask:
+        if not (self.fail_to_pass or self.pass_to_pass):
+            raise ValueError(
+                "the task has no hidden tests: give fail_to_pass (and pass_to_pass) node ids"
+            )
+        return self
 
     @property
     def hidden_node_ids(self) -> list[str]:

@@ -199,7 +199,9 @@ def serve(control):
                         except OSError:
                             pass
         except Exception as error:  # a bad request fails alone; the session goes on
-            control.send(json.dumps({"id": request, "error": repr(error)}).encode())
+            control.send(
+                json.dumps({"id": request, "error": f"{type(error).__name__}: {error}"}).encode()
+            )
         finally:
             for fd in fds:
                 os.close(fd)
