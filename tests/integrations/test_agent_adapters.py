@@ -35,7 +35,7 @@ from execgym.episodes import tool_schemas
 from execgym.integrations.trl_env import episode_environment, episode_reward
 from execgym.integrations.verl_tool import EpisodeTool, close_episode_tools, verl_tool_config
 from tests.conftest import require
-from tests.episode_scripts import PAGER, pager_solution
+from tests.episode_scripts import PAGER, solution
 
 TOOL_CONFIG = Path(__file__).parents[2] / "deploy" / "verl" / "episode_tools.yaml"
 
@@ -130,14 +130,15 @@ async def test_verl_tool_calls_solve_an_example_task_with_reward_1() -> None:
 
     solver, idler = agent_data(), agent_data()
     rewards = []
-    for action in pager_solution():
+    actions = solution()
+    for action in actions:
         arguments = json.dumps(action["arguments"])
         response, reward, metrics = await verl_call_tool(tools, action["tool"], arguments, solver)
         assert isinstance(response.text, str)
         rewards.append(reward)
         if action["tool"] == "read_file":
             assert "def page_count" in response.text
-    assert rewards == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert rewards == [0.0] * (len(actions) - 1) + [1.0]
     assert metrics["terminated"] is True
     assert solver.extra_fields["execgym_reward"] == 1.0
     # another trajectory of the same prompt is another episode: submitting at once gives 0
@@ -208,7 +209,7 @@ def test_trl_environments_solve_an_example_task_and_report_their_rewards() -> No
             assert "loses the last page" in first
             assert "pager/core.py" in first
         solver, idler = (trl_tool_dicts(e) for e in environments)
-        for action in pager_solution():
+        for action in solution():
             # the model's tool call: a name and JSON arguments, parsed by TRL
             result = solver[action["tool"]](**json.loads(json.dumps(action["arguments"])))
             assert isinstance(result, str)
@@ -240,7 +241,7 @@ async def test_both_adapters_play_on_the_http_service(
         tools_kwargs={name: {"create_kwargs": {"task_id": PAGER}} for name in tools},
         extra_fields={},
     )
-    for action in pager_solution():
+    for action in solution():
         arguments = json.dumps(action["arguments"])
         _, reward, _ = await verl_call_tool(tools, action["tool"], arguments, trajectory)
     assert (reward, trajectory.extra_fields["execgym_reward"]) == (1.0, 1.0)
@@ -250,7 +251,7 @@ async def test_both_adapters_play_on_the_http_service(
     try:
         assert "loses the last page" in (environment.reset(task_id=PAGER) or "")
         tools_of_trl = trl_tool_dicts(environment)
-        for action in pager_solution():
+        for action in solution():
             tools_of_trl[action["tool"]](**action["arguments"])
         assert episode_reward(environments=[environment]) == [1.0]
     finally:

@@ -7,17 +7,21 @@ A scripted agent that fixes the bug gets reward 1 over ``/v1/episodes`` (through
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
 
+from execgym.episodes.task import examples_dir
+from execgym.errors import EpisodeNotFound
 from execgym.integrations.episode_client import EpisodeClient
 from execgym.server import ServerSettings, create_app
 from execgym.server.languages import Toolchains
 from tests.conftest import require
-from tests.episode_scripts import PAGER, pager_solution
+from tests.episode_scripts import EXAMPLES, PAGER, solution
 
 BASE = "http://execgym"
 
@@ -31,24 +35,30 @@ async def live_app(toolchains: Toolchains) -> AsyncIterator[httpx.ASGITransport]
         yield httpx.ASGITransport(app=app, raise_app_exceptions=False)
 
 
-async def test_the_scripted_solve_over_http_gets_reward_1(toolchains: Toolchains) -> None:
+@pytest.mark.parametrize("task_id", EXAMPLES)
+async def test_the_scripted_solve_over_http_gets_reward_1(
+    toolchains: Toolchains, task_id: str
+) -> None:
     async with (
         live_app(toolchains) as transport,
         EpisodeClient(BASE, token="t0ken", transport=transport) as client,
     ):
-        env = client.env(PAGER)
+        env = client.env(task_id)
         first = await env.reset()
-        assert "loses the last page" in first["problem_statement"]
+        assert first["task_id"] == task_id
+        assert first["problem_statement"]
         assert {t["function"]["name"] for t in env.tools} >= {"run_command", "submit"}
-        steps = [await env.step(action) for action in pager_solution()]
-        _, tested_reward, *_ = steps[3]
-        assert steps[3][0]["ok"]
-        assert tested_reward == 0.0
+        actions = solution(task_id)
+        steps = [await env.step(action) for action in actions]
+        assert all(reward == 0.0 for _, reward, *_ in steps[:-1])  # no reward before the end
         observation, reward, terminated, truncated, info = steps[-1]
         assert (reward, terminated, truncated) == (1.0, True, False), (observation, info)
         state = await client.get(env.episode_id or "")
-        assert (state["state"], state["reward"], state["steps"]) == ("finished", 1.0, 5)
+        assert (state["state"], state["reward"]) == ("finished", 1.0)
+        assert state["steps"] == len(actions)
         await env.aclose()
+        with pytest.raises(EpisodeNotFound):
+            await client.get(state["episode_id"])
 
 
 async def test_submitting_without_changes_gets_0(toolchains: Toolchains) -> None:
@@ -82,13 +92,18 @@ async def test_openenv_reset_and_step_solve_the_task(toolchains: Toolchains) -> 
         assert (body["reward"], body["done"]) == (None, False)
         episode = body["observation"]["episode_id"]
         assert body["metadata"]["episode_id"] == episode
-        for action in pager_solution():
+        for action in solution():
             step = await http.post("/step", json={"action": action, "episode_id": episode})
             assert step.status_code == 200, step.text
         assert (step.json()["reward"], step.json()["done"]) == (1.0, True)
         assert step.json()["metadata"]["terminated"] is True
         state = (await http.get("/state", params={"episode_id": episode})).json()
-        assert state == {"episode_id": episode, "step_count": 5, "done": True, "reward": 1.0}
+        assert state == {
+            "episode_id": episode,
+            "step_count": len(solution()),
+            "done": True,
+            "reward": 1.0,
+        }
         no_id = await http.post("/step", json={"action": {"tool": "submit"}})
         assert no_id.status_code == 422
         assert "episode_id" in no_id.json()["message"]
@@ -97,7 +112,9 @@ async def test_openenv_reset_and_step_solve_the_task(toolchains: Toolchains) -> 
 async def test_an_inline_task_may_only_use_a_snapshot_of_the_task_directories(
     toolchains: Toolchains,
 ) -> None:
-    task = {"id": "mine/pager", "repo": "repos/pager", "problem_statement": "fix the pager"}
+    shipped = examples_dir() / "tasks.jsonl"
+    record = json.loads(shipped.read_text().splitlines()[0])
+    task = {**record, "id": "mine/pager", "repo": "repos/pager"}
     async with (
         live_app(toolchains) as transport,
         httpx.AsyncClient(
