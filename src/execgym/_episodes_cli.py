@@ -19,7 +19,7 @@ from typing import IO, Any
 import click
 
 from execgym.errors import Error
-from execgym.limits import Limits
+from execgym.limits import MIN_MEMORY_BYTES, Limits, parse_size
 
 
 @click.group()
@@ -48,6 +48,13 @@ def episodes() -> None:
     show_default=True,
     help="Default seconds per command (each run_command may ask for its own).",
 )
+@click.option(
+    "--memory",
+    "memory",
+    default="512MiB",
+    show_default=True,
+    help="Memory of each episode's session (all its processes and files), e.g. 256MiB.",
+)
 def run_command(
     actions_path: Path,
     tasks_path: Path | None,
@@ -55,6 +62,7 @@ def run_command(
     output: Path | None,
     reward_name: str | None,
     timeout_s: float,
+    memory: str,
 ) -> None:
     """Replay the episodes of ACTIONS_PATH ({"task": ..., "actions": [...]} per line).
 
@@ -75,7 +83,13 @@ def run_command(
         sys.exit(1)
     if output is not None and output.resolve() == actions_path.resolve():
         raise click.BadParameter("the output may not be the actions file", param_hint="-o")
-    limits = Limits(wall_time_s=timeout_s, cpu_time_s=timeout_s)
+    try:
+        memory_bytes = parse_size(memory)
+        limits = Limits(wall_time_s=timeout_s, cpu_time_s=timeout_s, memory_bytes=memory_bytes)
+    except Error as error:
+        raise click.BadParameter(str(error), param_hint="--memory") from error
+    if memory_bytes < MIN_MEMORY_BYTES:
+        raise click.BadParameter(f"{memory!r}: give at least 16MiB", param_hint="--memory")
     handle = output.open("w", encoding="utf-8") if output else None
     try:
         summary = asyncio.run(_play(lines, concurrency, reward, limits, handle))

@@ -16,6 +16,8 @@ import pytest
 from execgym.episodes import TOOLS, AsyncEnv, ScriptedAgent, make, parse_repo_task, repo_files
 from execgym.episodes.task import examples_dir
 from execgym.errors import TaskError
+from execgym.limits import MiB
+from execgym.reward import load_spec
 from tests.conftest import processes_with, run_cgroups
 
 from .conftest import TASK_IDS, call, example, play, play_all, solution
@@ -39,6 +41,9 @@ def test_the_scripted_agent_solves_each_example(task_id: str) -> None:
     assert set(result.info["tests"].values()) == {"passed"}
     assert all(o["ok"] for o in result.observations[1:]), result.observations
     assert [name for name, _ in result.step_times_s][-1] == "submit"
+    if result.info["session_peak_memory_bytes"] is not None:  # where a cgroup measures it
+        assert 0 < result.info["session_peak_memory_bytes"] < 512 * MiB
+        assert 0 < result.info["grading_peak_memory_bytes"] < 512 * MiB
 
 
 async def test_submitting_without_changes_gets_zero_and_the_tasks_are_well_posed() -> None:
@@ -52,6 +57,15 @@ async def test_submitting_without_changes_gets_zero_and_the_tasks_are_well_posed
         assert all(result.info["tests"][node] != "passed" for node in task.fail_to_pass)
         assert all(result.info["tests"][node] == "passed" for node in task.pass_to_pass)
         assert 0 < result.fraction < 1
+
+
+async def test_the_reward_spec_decides_the_reward() -> None:
+    result = await play(TASK_IDS[0], [], reward=load_spec("fraction"))
+    assert result.reward == pytest.approx(0.6)
+    assert result.fraction == pytest.approx(0.6)
+    assert result.info["reward_breakdown"]["components"]["correctness"]["score"] == pytest.approx(
+        0.6
+    )
 
 
 async def test_reset_describes_the_task_and_the_tools() -> None:
@@ -69,6 +83,8 @@ async def test_reset_describes_the_task_and_the_tools() -> None:
         assert observation["output"].strip() == "(3, 11)"
         assert (reward, terminated, truncated) == (0.0, False, False)
         assert info["step"] == 1
+        assert info["steps_left"] == example("example/pager-last-page").max_steps - 1
+        assert 0 < info["time_left_s"] <= example("example/pager-last-page").time_budget_s
         tests, *_ = await env.step(call("run_tests"))
         assert tests["ok"]
         assert "3 passed" in tests["output"]
@@ -98,7 +114,8 @@ BAD_ACTIONS = [
 
 
 async def test_bad_actions_answer_ok_false_and_the_episode_goes_on() -> None:
-    actions = [*BAD_ACTIONS, call("run_command", command="rm leak root"), *solution(TASK_IDS[0])]
+    fix = solution(TASK_IDS[0], run_tests=False)
+    actions = [*BAD_ACTIONS, call("run_command", command="rm leak root"), *fix]
     task = example(TASK_IDS[0]).model_copy(update={"max_steps": 50})
     result = await play(task, actions)
     bad = result.observations[1 : 1 + len(BAD_ACTIONS)]
@@ -142,7 +159,7 @@ async def test_long_outputs_are_truncated_and_slow_commands_killed() -> None:
 
 
 async def test_the_step_budget_truncates_and_the_tree_is_still_scored() -> None:
-    fix = solution(TASK_IDS[0])
+    fix = solution(TASK_IDS[0], run_tests=False)
     task = example(TASK_IDS[0]).model_copy(update={"max_steps": len(fix)})
     nothing = example(TASK_IDS[0]).model_copy(update={"max_steps": 2})
     fixed, idle = await asyncio.gather(
@@ -216,7 +233,7 @@ async def test_an_agent_that_kills_its_session_gets_zero() -> None:
     assert result.truncated
     assert result.reward == 0.0
     assert result.verdict == "error"
-    assert "ended the session" in result.info["message"]
+    assert "agent died" in result.info["message"]
     assert run_cgroups() == []
 
 
@@ -231,7 +248,7 @@ async def test_setup_commands_and_tarball_snapshots(tmp_path: Path) -> None:
     assert "pager/core.py" in repo_files(task)
     broken = parse_repo_task({**fields, "setup": "echo oops >&2; exit 4"})
     result, failure = await asyncio.gather(
-        play(task, [call("read_file", path="BUILT.txt"), *solution(TASK_IDS[0])]),
+        play(task, [call("read_file", path="BUILT.txt"), *solution(TASK_IDS[0], run_tests=False)]),
         play(broken, []),
         return_exceptions=True,
     )
@@ -241,3 +258,56 @@ async def test_setup_commands_and_tarball_snapshots(tmp_path: Path) -> None:
     assert isinstance(failure, TaskError)
     assert "exit code 4" in str(failure)
     assert "oops" in str(failure)
+
+
+BLANK = " "  # a blank context line of a diff
+
+FUZZY_PATCH = "\n".join(  # off by a few lines, one context line changed: needs fuzz
+    [
+        "--- a/pager/core.py",
+        "+++ b/pager/core.py",
+        "@@ -30,7 +30,7 @@",
+        "     if per_page <= 0:",
+        '         raise ValueError(f"per_page must be positive, got {per_page}")',
+        "     if total < 0:",
+        '-        raise ValueError(f"total must not be negative, got {total}")',
+        '+        raise ValueError(f"total must never be negative, got {total}")',
+        "     return total // per_page",
+        BLANK,
+        BLANK,
+        "",
+    ]
+)
+
+HALF_GOOD_PATCH = "\n".join(  # the first file's hunk applies, the second's does not
+    [
+        "--- a/pager/core.py",
+        "+++ b/pager/core.py",
+        "@@ -24,3 +24,3 @@",
+        '         raise ValueError(f"total must not be negative, got {total}")',
+        "-    return total // per_page",
+        "+    return -(-total // per_page)",
+        BLANK,
+        "--- a/pager/__init__.py",
+        "+++ b/pager/__init__.py",
+        "@@ -1,2 +1,2 @@",
+        "-this line is not there",
+        "+neither is this one",
+        BLANK,
+        "",
+    ]
+)
+
+
+async def test_patches_apply_with_fuzz_and_never_halfway() -> None:
+    async with AsyncEnv(example(TASK_IDS[0])) as env:
+        await env.reset()
+        before, *_ = await env.step(call("read_file", path="pager/core.py"))
+        half, *_ = await env.step(call("apply_patch", patch=HALF_GOOD_PATCH))
+        assert not half["ok"]
+        unchanged, *_ = await env.step(call("read_file", path="pager/core.py"))
+        assert unchanged["output"] == before["output"]
+        fuzzy, *_ = await env.step(call("apply_patch", patch=FUZZY_PATCH))
+        assert fuzzy["ok"], fuzzy
+        after, *_ = await env.step(call("read_file", path="pager/core.py"))
+        assert "must never be negative" in after["output"]

@@ -73,6 +73,7 @@ CHEATS: dict[str, list[dict[str, Any]]] = {
     "symlinked tests": [
         call("run_command", command="rm -rf tests && ln -s /tmp tests"),
     ],
+    "unreadable files": [call("run_command", command="chmod 000 tests pager/core.py")],
     "pytest patched from the package": [
         call(
             "run_command",
@@ -95,8 +96,16 @@ async def test_cheats_without_the_fix_get_zero() -> None:
 
 async def test_touching_the_tests_does_not_undo_an_honest_fix() -> None:
     fix = solution(PAGER, run_tests=False)
-    kept = ["delete the tests", "replace the hidden test file", "root conftest forcing passes"]
-    results = await play_all([(PAGER, [*fix, *CHEATS[name]]) for name in kept])
+    kept = [
+        "delete the tests",
+        "replace the hidden test file",
+        "root conftest forcing passes",
+        "unreadable files",
+    ]
+    odd_names = call(
+        "run_command", command="touch 'back\\slash.py' && mkdir -p 'a b' && : > 'a b/c'"
+    )
+    results = await play_all([(PAGER, [*fix, *CHEATS[name], odd_names]) for name in kept])
     for name, result in zip(kept, results, strict=True):
         assert result.reward == 1.0, (name, result.info)
 

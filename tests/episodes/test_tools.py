@@ -94,3 +94,13 @@ def test_long_output_keeps_head_and_tail_around_a_marker() -> None:
 
 def test_argument_models_are_frozen_values() -> None:
     assert ReadFile(path="a") == ReadFile(path="a")
+
+
+def test_the_public_names_are_listed_and_importable() -> None:
+    import execgym
+    import execgym.episodes as episodes
+
+    for name in episodes.__all__:
+        assert hasattr(episodes, name), name
+    assert execgym.make is episodes.make
+    assert execgym.AsyncEnv is episodes.AsyncEnv

@@ -21,6 +21,13 @@ schemas, actions), :mod:`~.actions` (what each tool does), :mod:`~.observations`
 from __future__ import annotations
 
 from execgym.episodes.agent import SUBMIT, EpisodeResult, ScriptedAgent
+from execgym.episodes.batch import (
+    EpisodeLine,
+    parse_episode_line,
+    play_episodes,
+    read_episode_lines,
+    summarize_episodes,
+)
 from execgym.episodes.env import AsyncEnv, StepResult
 from execgym.episodes.grading import Grade, Grader
 from execgym.episodes.observations import truncate
@@ -41,6 +48,7 @@ __all__ = [
     "ActionError",
     "AsyncEnv",
     "Env",
+    "EpisodeLine",
     "EpisodeResult",
     "Grade",
     "Grader",
@@ -55,8 +63,12 @@ __all__ = [
     "make",
     "make_async",
     "parse_action",
+    "parse_episode_line",
     "parse_repo_task",
+    "play_episodes",
+    "read_episode_lines",
     "repo_files",
+    "summarize_episodes",
     "tool_schemas",
     "truncate",
 ]

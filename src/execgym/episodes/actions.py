@@ -3,8 +3,8 @@
 :func:`carry_out` takes a checked :class:`~execgym.episodes.tools.ToolCall` and returns
 its observation. Paths are relative to the repo root (``/work``); one that leaves it is
 refused before anything runs, and the session's agent resolves symlinks and refuses
-them too. ``apply_patch`` feeds the diff to ``git apply`` in the session (no host
-tool ever reads the agent's patch). ``submit`` is the environment's, not here.
+them too. ``apply_patch`` feeds the diff to ``git apply`` (or GNU ``patch``) in the
+session: no host tool ever reads the agent's patch. ``submit`` is the environment's, not here.
 """
 
 from __future__ import annotations
@@ -103,19 +103,33 @@ async def _apply_patch(
     remaining_s: float,
     max_bytes: int,
 ) -> dict[str, Any]:
-    """Apply ``patch`` with ``git apply`` (atomic: all files or none).
+    """Apply ``patch``: all files or none, the first way that works.
 
-    Tried again with ``--recount`` if that fails: the hunk headers' line counts of a
-    hand-edited diff are often wrong.
+    ``git apply`` (exact context); again with ``--recount`` (the hunk headers' line
+    counts of a hand-edited diff are often wrong); then GNU ``patch`` with fuzz 2 (its
+    context may be slightly off), checked with ``--dry-run`` first so that it, too,
+    changes nothing unless every hunk applies. The observation is the first failure's
+    when all fail.
     """
-    argv = ["/usr/bin/git", "apply", "-v", f"-p{_strip_level(patch)}"]
+    level = f"-p{_strip_level(patch)}"
     stdin = patch.encode("utf-8") if patch.endswith("\n") else (patch + "\n").encode("utf-8")
     timeout_s = min(60.0, remaining_s)
-    run = await _run(session, [*argv, "-"], limits, env, timeout_s, stdin=stdin)
-    if run.exit_code != 0:
-        again = await _run(session, [*argv, "--recount", "-"], limits, env, timeout_s, stdin=stdin)
-        run = again if again.exit_code == 0 else run
-    return observations.of_run("apply_patch", run, max_bytes)
+    gnu = ["/usr/bin/patch", level, "--batch", "--forward", "--fuzz=2", "--no-backup-if-mismatch"]
+    attempts = [
+        ["/usr/bin/git", "apply", "-v", level, "-"],
+        ["/usr/bin/git", "apply", "-v", level, "--recount", "-"],
+        [*gnu, "--dry-run"],
+    ]
+    first: RunResult | None = None
+    for number, argv in enumerate(attempts):
+        run = await _run(session, argv, limits, env, timeout_s, stdin=stdin)
+        if run.exit_code == 0:
+            if number == len(attempts) - 1:  # the dry run passed: now for real
+                run = await _run(session, gnu, limits, env, timeout_s, stdin=stdin)
+            return observations.of_run("apply_patch", run, max_bytes)
+        first = first or run
+    assert first is not None
+    return observations.of_run("apply_patch", first, max_bytes)
 
 
 def _strip_level(patch: str) -> int:

@@ -117,6 +117,7 @@ class AsyncEnv:
         self._session: Session | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = 0.0
+        self._session_peak_bytes: int | None = None
 
     async def __aenter__(self) -> AsyncEnv:
         return self
@@ -248,9 +249,12 @@ class AsyncEnv:
             "step": self.steps,
             "step_time_s": round(time.monotonic() - step_started, 4),
             "elapsed_s": round(self.elapsed_s, 4),
+            "steps_left": max(0, self.task.max_steps - self.steps),
+            "time_left_s": round(max(0.0, self.task.time_budget_s - self.elapsed_s), 3),
         }
         if self.grade is not None:
             info.update(self.grade.as_info())
+            info["session_peak_memory_bytes"] = self._session_peak_bytes
         return info
 
     async def _finish(self) -> Grade:
@@ -260,16 +264,26 @@ class AsyncEnv:
         assert session is not None
         assert self._original is not None
         why = session.closed_because
+        self._session_peak_bytes = session.peak_memory_bytes()
         try:
-            final = tree_from_tar(
-                await session.export_tree(skip=sorted(SKIPPED_NAMES)), what="the final tree"
-            )
-        except (SandboxError, TaskError) as error:
+            archive = await session.export_tree(skip=sorted(SKIPPED_NAMES))
+        except SandboxError as error:
+            why = why or session.closed_because
             await self.aclose()
-            if why is not None and "agent died" in why:  # the agent's commands killed it
-                message = f"the agent's commands ended the session: {why}"
+            if why is None or "agent died" in why:  # its commands' doing: not our failure
+                message = f"the agent's final tree could not be copied out: {why or error}"
                 return Grade(0.0, 0.0, Verdict.ERROR, message=message)
             return Grade(None, 0.0, Verdict.SANDBOX_ERROR, message=f"no final tree: {error}")
+        try:  # the tree is the agent's: one that cannot be scored is its failure
+            final = tree_from_tar(
+                archive,
+                what="the final tree",
+                max_bytes=2 * self.limits.disk_bytes,
+                skip_unsafe=True,
+            )
+        except TaskError as error:
+            await self.aclose()
+            return Grade(0.0, 0.0, Verdict.ERROR, message=str(error))
         await self.aclose()
         return await self.grader.grade(
             self.task, self._original, final, limits=self.limits, reward=self.reward_spec

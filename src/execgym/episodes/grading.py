@@ -64,10 +64,12 @@ class Grade:
         verdict: ``passed``, ``failed``, ``error``, ``tampered``, ``timeout``... or
             ``sandbox_error``.
         tests: Each hidden node id and its outcome (``passed``, ``failed``, ``error``,
-            ``skipped`` or ``missing``).
+            ``skipped``, ``missing`` when it did not run, ``tampered`` when the run's
+            report functions were replaced and no outcome is believed).
         message: Why, for humans.
         wall_time_s: Seconds the grading took.
         breakdown: The reward specification's breakdown (``None`` if not computed).
+        peak_memory_bytes: Peak memory of the scoring run, if measured.
     """
 
     reward: float | None
@@ -77,6 +79,7 @@ class Grade:
     message: str = ""
     wall_time_s: float = 0.0
     breakdown: RewardBreakdown | None = None
+    peak_memory_bytes: int | None = None
 
     def as_info(self) -> dict[str, Any]:
         """The grade as plain JSON for an episode's ``info``."""
@@ -89,6 +92,7 @@ class Grade:
             "message": self.message,
             "grading_time_s": round(self.wall_time_s, 4),
             "reward_breakdown": self.breakdown.to_json() if self.breakdown else None,
+            "grading_peak_memory_bytes": self.peak_memory_bytes,
         }
 
 
@@ -101,9 +105,15 @@ def clean_tree(
     """
     test_dirs = {PurePosixPath(name).parent for name in task.hidden_tests if "/" in name.strip("/")}
 
+    hidden = {PurePosixPath(name) for name in task.hidden_tests}
+
     def owned_by_task(name: str) -> bool:
         path = PurePosixPath(name)
-        return path.name in PROTECTED_NAMES or any(d in path.parents for d in test_dirs)
+        return (
+            path.name in PROTECTED_NAMES
+            or any(d in path.parents for d in test_dirs)
+            or not hidden.isdisjoint(path.parents)  # a directory where a test file goes
+        )
 
     tree = {name: content for name, content in final.items() if not owned_by_task(name)}
     tree.update({name: content for name, content in original.items() if owned_by_task(name)})
@@ -123,6 +133,9 @@ def changed_code(original: dict[str, bytes], final: dict[str, bytes]) -> str:
 
 class Grader:
     """Scores final trees; shared by episodes to bound how many score at once.
+
+    Share one between the episodes of one event loop (an :class:`AsyncEnv`'s, or the
+    batch runner's); each blocking :class:`Env` runs its own loop, so give each its own.
 
     Args:
         sandbox: Where the hidden tests run (a fresh bwrap sandbox per grading).
@@ -176,6 +189,7 @@ class Grader:
             message=judgement.message,
             wall_time_s=time.monotonic() - started,
             breakdown=breakdown,
+            peak_memory_bytes=run.peak_memory_bytes,
         )
 
 

@@ -131,9 +131,9 @@ def _resolve(repo: str, base_dir: Path | None) -> Path:
     return path
 
 
-def _check_size(total: int, repo: str) -> None:
-    if total > MAX_REPO_BYTES:
-        raise TaskError(f"repo {repo!r} holds more than {MAX_REPO_BYTES} bytes: trim it")
+def _check_size(total: int, repo: str, max_bytes: int = MAX_REPO_BYTES) -> None:
+    if total > max_bytes:
+        raise TaskError(f"{repo} holds more than {max_bytes} bytes: trim it")
 
 
 def _from_directory(root: Path, repo: str) -> dict[str, bytes]:
@@ -147,15 +147,25 @@ def _from_directory(root: Path, repo: str) -> dict[str, bytes]:
             continue  # a snapshot's symlink could point anywhere on the host
         files[relative.as_posix()] = path.read_bytes()
         total += len(files[relative.as_posix()])
-        _check_size(total, repo)
+        _check_size(total, f"repo {repo!r}")
     return files
 
 
-def tree_from_tar(data: bytes, *, what: str) -> dict[str, bytes]:
+def tree_from_tar(
+    data: bytes, *, what: str, max_bytes: int = MAX_REPO_BYTES, skip_unsafe: bool = False
+) -> dict[str, bytes]:
     """The regular files of a tar archive, by relative name (symlinks are left out).
 
+    Args:
+        data: The archive (compressed or not).
+        what: What it is, for error messages.
+        max_bytes: Most bytes of file contents accepted.
+        skip_unsafe: Leave out names that could not be written back into a work dir
+            (a backslash, ``..``) instead of refusing the archive.
+
     Raises:
-        TaskError: if the archive is unreadable, too big, or names a file outside it.
+        TaskError: if the archive is unreadable, too big, or (unless ``skip_unsafe``)
+            names a file outside it.
     """
     files: dict[str, bytes] = {}
     total = 0
@@ -165,12 +175,17 @@ def tree_from_tar(data: bytes, *, what: str) -> dict[str, bytes]:
                 name = member.name.removeprefix("./")
                 if not member.isfile() or SKIPPED_NAMES.intersection(PurePosixPath(name).parts):
                     continue
-                safe_relative(name)
+                try:
+                    safe_relative(name)
+                except TaskError:
+                    if skip_unsafe:
+                        continue
+                    raise
                 handle = archive.extractfile(member)
                 if handle is not None:
                     files[name] = handle.read()
                     total += len(files[name])
-                    _check_size(total, what)
+                    _check_size(total, what, max_bytes)
     except (tarfile.TarError, EOFError, OSError) as error:
         raise TaskError(f"{what}: not a readable tar archive ({error})") from error
     return files

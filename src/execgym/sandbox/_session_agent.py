@@ -30,6 +30,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tarfile
@@ -90,9 +91,24 @@ def list_dir(name, max_entries):
     return entries, False
 
 
+def make_readable(top):
+    # The commands may have taken permissions away (chmod 000): every file here is
+    # ours, so give them back before packing.
+    for root, dirs, files in os.walk(top):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            try:
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISLNK(mode):
+                    os.chmod(path, mode | (0o700 if stat.S_ISDIR(mode) else 0o600))
+            except OSError:
+                pass
+
+
 def export(skip):
     fd = os.memfd_create("execgym-export", os.MFD_CLOEXEC)
     skipped = set(skip)
+    make_readable("/work")
 
     def keep(info):
         parts = info.name.split("/")

@@ -210,6 +210,10 @@ class Session:
             self._watchdog.cancel()
         return errors
 
+    def peak_memory_bytes(self) -> int | None:
+        """Peak memory of the whole session so far (its cgroup), or ``None`` if unknown."""
+        return self._cgroup.peak_memory_bytes() if self._cgroup is not None else None
+
     async def aclose(self) -> None:
         """Kill every process of the session and delete its files; idempotent."""
         self._shutdown("it was closed")
