@@ -19,6 +19,7 @@ Neither framework is imported (torch, ray, vllm); each test reproduces its calls
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import shutil
@@ -129,6 +130,13 @@ async def test_verl_tool_calls_solve_an_example_task_with_reward_1() -> None:
         )
 
     solver, idler = agent_data(), agent_data()
+    # verl runs one turn's tool calls concurrently: they share the one episode
+    listing, reading = await asyncio.gather(
+        verl_call_tool(tools, "list_dir", '{"path": "."}', solver),
+        verl_call_tool(tools, "read_file", '{"path": "pager/core.py"}', solver),
+    )
+    assert [listing[2]["opened_episode"], reading[2]["opened_episode"]].count(True) == 1
+    assert "pager" in listing[0].text
     rewards = []
     actions = solution()
     for action in actions:

@@ -134,11 +134,34 @@ class _Store:
             def build(task: Any) -> EpisodeEnv:
                 return local(catalog.get(task) if isinstance(task, str) else task)
 
+        self._opening: dict[str, tuple[asyncio.Lock, int]] = {}
         self.registry = EpisodeRegistry(
             build,
             max_episodes=int(config.get("max_episodes", 64)),
             idle_timeout_s=float(config.get("idle_timeout_s", 600.0)),
         )
+
+    async def ensure_open(self, key: str, task: Any) -> bool:
+        """Open the episode ``key`` unless it exists; whether it was opened now.
+
+        verl runs a turn's tool calls concurrently: only the first opens the episode.
+        """
+        lock, users = self._opening.get(key, (asyncio.Lock(), 0))
+        self._opening[key] = (lock, users + 1)
+        try:
+            async with lock:
+                try:
+                    self.registry.get(key)
+                    return False
+                except EpisodeNotFound:
+                    await self.registry.open(task, episode_id=key)
+                    return True
+        finally:
+            lock, users = self._opening[key]
+            if users == 1:
+                del self._opening[key]
+            else:
+                self._opening[key] = (lock, users - 1)
 
     async def aclose(self) -> None:
         await self.registry.aclose()
@@ -250,13 +273,9 @@ class EpisodeTool:
             return _response(f"unknown tool instance {instance_id}: call create first"), 0.0, {}
         agent_data = kwargs.get("agent_data")
         instance.key = self._key(instance_id, agent_data)
-        registry = _store(self._store_config).registry
-        opened = False
-        try:
-            registry.get(instance.key)
-        except EpisodeNotFound:
-            await registry.open(instance.task, episode_id=instance.key)
-            opened = True
+        store = _store(self._store_config)
+        registry = store.registry
+        opened = await store.ensure_open(instance.key, instance.task)
         action = {"tool": self.name, "arguments": dict(parameters or {})}
         try:
             outcome = await registry.step(instance.key, action)
