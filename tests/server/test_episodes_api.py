@@ -181,6 +181,9 @@ async def test_idle_episodes_are_reclaimed_after_the_timeout() -> None:
         )
         assert gone.status_code == 404
         assert "reclaimed" in gone.json()["message"]
+        metrics = (await client.get("/metrics")).text
+        assert "execgym_episodes_live 1.0" in metrics
+        assert "execgym_episodes_reclaimed 1.0" in metrics
         await asyncio.sleep(0.7)
         assert built[1].closed
         assert (await client.get(f"/v1/episodes/{busy['episode_id']}")).status_code == 404

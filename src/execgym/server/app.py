@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import Gauge
 
 from execgym._version import __version__
 from execgym.errors import ConfigError, Error, TaskError
@@ -160,6 +161,7 @@ def create_app(
     )
     service = Service(settings, bounded, toolchains, capacity, runner, metrics)
     episode_backend = episodes_backend or default_episodes(settings)
+    count_episodes(metrics, episode_backend.registry)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -187,6 +189,20 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
+
+
+def count_episodes(metrics: Metrics, registry: EpisodeRegistry) -> None:
+    """Gauges of the live episodes and of those reclaimed idle, read at each scrape."""
+    live = Gauge(
+        "execgym_episodes_live", "Agent episodes holding a sandbox.", registry=metrics.registry
+    )
+    live.set_function(lambda: registry.live)
+    reclaimed = Gauge(
+        "execgym_episodes_reclaimed",
+        "Agent episodes closed after their idle timeout, since start.",
+        registry=metrics.registry,
+    )
+    reclaimed.set_function(lambda: registry.reclaimed)
 
 
 def default_episodes(settings: ServerSettings) -> EpisodeBackend:
