@@ -264,3 +264,23 @@ async def test_both_adapters_play_on_the_http_service(
         assert episode_reward(environments=[environment]) == [1.0]
     finally:
         environment._close()
+
+
+async def test_verl_trajectories_beyond_the_episode_cap_wait_for_one_to_end() -> None:
+    need_bwrap()
+    tools = verl_tools(verl_tool_config(max_episodes=1, max_wait_s=60))
+
+    def trajectory() -> SimpleNamespace:
+        kwargs = {name: {"create_kwargs": {"task_id": PAGER}} for name in tools}
+        return SimpleNamespace(request_id=uuid.uuid4().hex, tools_kwargs=kwargs, extra_fields={})
+
+    first, second = trajectory(), trajectory()
+    await verl_call_tool(tools, "list_dir", "{}", first)
+    waiting = asyncio.create_task(verl_call_tool(tools, "list_dir", "{}", second))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()  # the one episode is taken
+    await verl_call_tool(tools, "submit", "{}", first)
+    response, _, metrics = await asyncio.wait_for(waiting, 60)
+    assert metrics["opened_episode"]
+    assert "pager" in response.text
+    await close_episode_tools()

@@ -233,3 +233,27 @@ async def test_a_step_after_the_end_is_refused_in_the_registry_too() -> None:
     assert registry.live == 0
     assert len(registry) == 1
     await registry.aclose()
+
+
+async def test_the_client_waits_for_a_place_then_gives_up_after_max_wait() -> None:
+    import httpx
+
+    from execgym.integrations.episode_client import EpisodeClient
+    from execgym.server import create_app
+
+    app = create_app(**app_kwargs(fake_backend([], max_episodes=1)))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with EpisodeClient("http://x", transport=transport, max_wait_s=0) as impatient:
+            first = await impatient.open("fake/fix-add")
+            with pytest.raises(CapacityExceeded, match="1 of 1 episodes"):
+                await impatient.open("fake/fix-add")
+        async with EpisodeClient("http://x", transport=transport, max_wait_s=30) as patient:
+            waiting = asyncio.create_task(patient.open("fake/fix-add"))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await patient.delete(first["episode_id"])
+            second = await asyncio.wait_for(waiting, 30)
+            assert second["episode_id"] != first["episode_id"]
+            with pytest.raises(EpisodeNotFound):
+                await patient.step(first["episode_id"], {"tool": "list_dir"})

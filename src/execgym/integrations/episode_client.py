@@ -10,7 +10,8 @@
         )
         await env.aclose()
 
-A full service (429) is retried after its ``Retry-After`` for up to ``max_wait_s``;
+A full service (429) is retried (after its ``Retry-After``, at most 5 s) for up to
+``max_wait_s``;
 then :class:`~execgym.errors.CapacityExceeded` is raised. Other refusals raise
 :class:`EpisodeServiceError` with the service's message (404 as
 :class:`~execgym.errors.EpisodeNotFound`, 409 as :class:`~execgym.errors.EpisodeOver`).
@@ -28,6 +29,9 @@ from typing import Any
 
 from execgym.errors import CapacityExceeded, EpisodeNotFound, EpisodeOver, Error
 from execgym.integrations.episode_env import StepTuple
+
+RETRY_POLL_S = 5.0
+"""Longest pause between two tries of an open refused with 429."""
 
 
 class EpisodeServiceError(Error):
@@ -129,9 +133,12 @@ class EpisodeClient:
             try:
                 opened = await self._call("POST", "/v1/episodes", body)
             except CapacityExceeded as full:
-                if time.monotonic() + full.retry_after_s > deadline:
+                # Retry-After bounds the wait for an idle episode to be reclaimed; one
+                # that ends frees its place sooner, so look again within a few seconds.
+                wait_s = min(float(full.retry_after_s), RETRY_POLL_S)
+                if time.monotonic() + wait_s > deadline:
                     raise
-                await asyncio.sleep(full.retry_after_s)
+                await asyncio.sleep(wait_s)
                 continue
             self.tools = opened["tools"]
             return opened

@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from execgym.errors import ConfigError, EpisodeNotFound, EpisodeOver
+from execgym.errors import CapacityExceeded, ConfigError, EpisodeNotFound, EpisodeOver
 from execgym.integrations.episode_env import (
     EpisodeEnv,
     ShippedTasks,
@@ -135,6 +136,7 @@ class _Store:
                 return local(catalog.get(task) if isinstance(task, str) else task)
 
         self._opening: dict[str, tuple[asyncio.Lock, int]] = {}
+        self.max_wait_s = float(config.get("max_wait_s", 600.0))
         self.registry = EpisodeRegistry(
             build,
             max_episodes=int(config.get("max_episodes", 64)),
@@ -154,7 +156,7 @@ class _Store:
                     self.registry.get(key)
                     return False
                 except EpisodeNotFound:
-                    await self.registry.open(task, episode_id=key)
+                    await self._open(key, task)
                     return True
         finally:
             lock, users = self._opening[key]
@@ -162,6 +164,17 @@ class _Store:
                 del self._opening[key]
             else:
                 self._opening[key] = (lock, users - 1)
+
+    async def _open(self, key: str, task: Any) -> None:
+        deadline = time.monotonic() + self.max_wait_s
+        while True:
+            try:
+                await self.registry.open(task, episode_id=key)
+                return
+            except CapacityExceeded:  # more trajectories than episodes: poll until one ends
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.5)
 
     async def aclose(self) -> None:
         await self.registry.aclose()
@@ -199,7 +212,8 @@ class EpisodeTool:
             variable named by ``token_env``, ``EXECGYM_SERVER_TOKEN`` by default;
             in this process when absent), ``task_id`` (when rows give none),
             ``task_paths`` (more ``RepoTask`` files, local mode), ``max_episodes``
-            (64), ``idle_timeout_s`` (600), and ``tool`` (the tool's name when
+            (64: more trajectories wait up to ``max_wait_s``, 600, for one to end),
+            ``idle_timeout_s`` (600), and ``tool`` (the tool's name when
             ``tool_schema`` is omitted).
         tool_schema: verl's ``OpenAIFunctionToolSchema`` of this tool; ``None``
             (verl passes ``None`` when the entry has no ``tool_schema``) builds it from
