@@ -57,9 +57,9 @@ from execgym.tasks.extract import extract_code
 __all__ = [
     "DEFAULT_LIMITS",
     "AssertJudge",
+    "AsyncEnv",
     "BreakerPolicy",
     "Breakers",
-    "AsyncEnv",
     "Builder",
     "ConfigError",
     "Env",

@@ -22,10 +22,10 @@ from typing import IO
 
 import click
 
-from execgym._storage_cli import COMMANDS as STORAGE_COMMANDS
-from execgym._storage_cli import check_store, upload_results
 from execgym import logs
 from execgym._status_cli import status
+from execgym._storage_cli import COMMANDS as STORAGE_COMMANDS
+from execgym._storage_cli import check_store, upload_results
 from execgym._version import __version__
 from execgym.breakers import DEFAULT_SPEC, Breakers, from_spec
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
@@ -975,6 +975,8 @@ for _command in STORAGE_COMMANDS:
     main.add_command(_command)
 
 main.add_command(status)
+
+
 def _add_episodes() -> None:
     from execgym._episodes_cli import episodes
 

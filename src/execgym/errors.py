@@ -9,6 +9,9 @@ memory, fail tests) is reported as data: see :class:`execgym.Verdict` and
 Error:
     ├── ConfigError             bad settings or limits; raised at start-up
     ├── CapacityExceeded        a service is full; retry after ``retry_after_s``
+    ├── EpisodeError            an agent episode cannot do what was asked
+    │   ├── EpisodeNotFound     no such episode: never opened, deleted, or reclaimed
+    │   └── EpisodeOver         the episode has ended; open a new one
     ├── TaskError               a task, rollout or input file is invalid
     │   └── TaskNotFound        a data set or task id that does not exist
     ├── SandboxError            the sandbox could not do its job
@@ -48,6 +51,24 @@ class CapacityExceeded(Error):
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class EpisodeError(Error):
+    """An agent episode (``POST /v1/episodes``) cannot do what was asked."""
+
+
+class EpisodeNotFound(EpisodeError):
+    """No episode has this id: it was never opened, was deleted, or was reclaimed idle.
+
+    The HTTP service answers 404.
+    """
+
+
+class EpisodeOver(EpisodeError):
+    """The episode has ended (submitted, or out of budget): it takes no more steps.
+
+    The HTTP service answers 409; read its final reward with ``GET``, then open a new one.
+    """
 
 
 class TaskError(Error):

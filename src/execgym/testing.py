@@ -283,3 +283,147 @@ class MotoS3Server:
             skip_instance_cache=True,
         )
         fs.mkdir(name)
+
+
+@dataclass(frozen=True)
+class FakeRepoTask:
+    """A repository task for :class:`FakeEpisodeEnv`: files, and the files that solve it.
+
+    Attributes:
+        task_id: Its id.
+        statement: The problem statement (the first observation).
+        files: ``{path: text}`` of the starting tree.
+        solution: ``{path: text}`` the final tree must hold for reward 1.
+        max_steps: Step budget; the step that spends it is ``truncated``.
+    """
+
+    task_id: str = "fake/fix-add"
+    statement: str = "add() subtracts; make it add."
+    files: Mapping[str, str] = field(
+        default_factory=lambda: {"calc.py": "def add(a, b):\n    return a - b\n"}
+    )
+    solution: Mapping[str, str] = field(
+        default_factory=lambda: {"calc.py": "def add(a, b):\n    return a + b\n"}
+    )
+    max_steps: int = 20
+
+
+FAKE_TOOLS = (
+    "run_command",
+    "read_file",
+    "write_file",
+    "list_dir",
+    "apply_patch",
+    "run_tests",
+    "submit",
+)
+"""The tool names :class:`FakeEpisodeEnv` answers (those of :mod:`execgym.episodes`)."""
+
+
+class FakeEpisodeEnv:
+    """An in-memory episode (the ``EpisodeEnv`` interface): no sandbox, files in a dict.
+
+    ``write_file``/``read_file``/``list_dir`` act on the dict; ``run_command`` and
+    ``apply_patch`` only echo; ``run_tests`` says whether the tree matches the solution;
+    ``submit`` ends the episode with reward 1 if it does, else 0. Actions may be
+    ``{"tool", "arguments": {...}}`` or OpenAI's ``{"name", "arguments": "<json>"}``.
+
+    Attributes:
+        closed: Whether ``aclose`` was called.
+        actions: Every action stepped, in order.
+    """
+
+    def __init__(self, task: FakeRepoTask, *, step_delay_s: float = 0.0) -> None:
+        self.task = task
+        self.files = dict(task.files)
+        self.closed = False
+        self.steps = 0
+        self.actions: list[Mapping[str, Any]] = []
+        self._delay_s = step_delay_s
+
+    async def reset(self) -> dict[str, Any]:
+        """The problem statement and the file list."""
+        return {"problem_statement": self.task.statement, "files": sorted(self.files)}
+
+    async def step(
+        self, action: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """One tool call; see the class docstring."""
+        import asyncio
+        import json
+
+        if self.closed:
+            raise RuntimeError("step on a closed FakeEpisodeEnv")
+        if self._delay_s:
+            await asyncio.sleep(self._delay_s)
+        self.actions.append(action)
+        self.steps += 1
+        name = action.get("tool") or action.get("name")
+        arguments = action.get("arguments") or {}
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                error = {
+                    "tool": name,
+                    "ok": False,
+                    "output": f"arguments are not JSON: {arguments[:80]!r}",
+                }
+                return error, 0.0, False, False, {}
+        solved = all(self.files.get(p) == text for p, text in self.task.solution.items())
+        reward, terminated, observation = 0.0, False, self._tool(name, arguments, solved)
+        if name == "submit":
+            reward, terminated = (1.0 if solved else 0.0), True
+        truncated = not terminated and self.steps >= self.task.max_steps
+        return observation, reward, terminated, truncated, {"tool": name, "step": self.steps}
+
+    def _tool(self, name: Any, arguments: Mapping[str, Any], solved: bool) -> dict[str, Any]:
+        ok, text = self._carry_out(name, arguments, solved)
+        return {"tool": name, "ok": ok, "output": text}
+
+    def _carry_out(self, name: Any, arguments: Mapping[str, Any], solved: bool) -> tuple[bool, str]:
+        if name == "write_file":
+            self.files[str(arguments["path"])] = str(arguments["content"])
+            return True, f"wrote {arguments['path']}"
+        if name == "read_file":
+            path = str(arguments.get("path"))
+            return (
+                (True, self.files[path]) if path in self.files else (False, f"no such file: {path}")
+            )
+        if name == "list_dir":
+            return True, "\n".join(sorted(self.files))
+        if name in ("run_command", "apply_patch"):
+            return True, f"{name}: nothing runs in a FakeEpisodeEnv"
+        if name == "run_tests":
+            return solved, "1 passed" if solved else "1 failed"
+        if name == "submit":
+            return True, "submitted"
+        return False, f"unknown tool {name!r}; tools: {', '.join(FAKE_TOOLS)}"
+
+    async def aclose(self) -> None:
+        """Mark the episode closed (idempotent)."""
+        self.closed = True
+
+
+class FakeTaskCatalog:
+    """A :class:`~execgym.integrations.episode_env.TaskCatalog` of :class:`FakeRepoTask`."""
+
+    def __init__(self, *tasks: FakeRepoTask) -> None:
+        self.tasks = {task.task_id: task for task in (tasks or (FakeRepoTask(),))}
+
+    def get(self, task_id: str) -> FakeRepoTask:
+        """The task, or :class:`~execgym.errors.TaskNotFound`."""
+        from execgym.errors import TaskNotFound
+
+        if task_id not in self.tasks:
+            raise TaskNotFound(f"unknown task_id {task_id!r}; known: {sorted(self.tasks)}")
+        return self.tasks[task_id]
+
+    def parse(self, record: Mapping[str, Any]) -> FakeRepoTask:
+        """A :class:`FakeRepoTask` from JSON, or :class:`~execgym.errors.TaskError`."""
+        from execgym.errors import TaskError
+
+        try:
+            return FakeRepoTask(**record)
+        except TypeError as error:
+            raise TaskError(f"not a valid inline task: {error}") from error

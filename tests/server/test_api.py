@@ -284,6 +284,12 @@ async def test_openapi_lists_every_route() -> None:
         "/v1/languages",
         "/v1/score",
         "/v1/jobs/{job_id}",
+        "/v1/episodes",
+        "/v1/episodes/{episode_id}",
+        "/v1/episodes/{episode_id}/step",
+        "/reset",
+        "/step",
+        "/state",
     }
     assert "RunCodeRequest" in spec["components"]["schemas"]
     assert "HTTPBearer" in spec["components"]["securitySchemes"]

@@ -17,16 +17,26 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import Gauge
 
 from execgym._version import __version__
 from execgym.breakers import from_spec
 from execgym.errors import ConfigError, Error, TaskError
+from execgym.integrations.episode_env import (
+    EpisodeEnv,
+    ShippedTasks,
+    local_env_factory,
+    tool_schemas,
+)
+from execgym.integrations.openenv import openenv
 from execgym.metrics import MeteredSandbox
 from execgym.sandbox import WarmPoolSandbox, create_sandbox
 from execgym.sandbox.base import Sandbox
 from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
 from execgym.scoring import ScoredRollout
 from execgym.server.capacity import BoundedSandbox, Capacity
+from execgym.server.episode_routes import EpisodeBackend, episodes
+from execgym.server.episodes import EpisodeRegistry
 from execgym.server.jobs import EmbeddedJobRunner, JobRunner
 from execgym.server.languages import Toolchains, find_toolchains
 from execgym.server.metrics import Metrics
@@ -118,6 +128,7 @@ def create_app(
     sandbox: Sandbox | None = None,
     toolchains: Toolchains | None = None,
     jobs: Callable[[Sandbox, Capacity], JobRunner] | None = None,
+    episodes_backend: EpisodeBackend | None = None,
 ) -> FastAPI:
     """Build the HTTP service.
 
@@ -128,6 +139,10 @@ def create_app(
         toolchains: Host compilers and interpreters; looked up on ``PATH`` by default.
         jobs: Builds the job runner from the bounded sandbox and the shared capacity;
             :class:`EmbeddedJobRunner` by default (a broker-backed runner goes here).
+        episodes_backend: The agent episodes behind ``/v1/episodes`` and OpenEnv's
+            ``/reset`` and ``/step`` (tests pass fakes); by default
+            :mod:`execgym.episodes` in this process, on the shipped example tasks and
+            ``settings.episode_tasks``.
 
     Raises:
         SandboxUnavailable: if the sandbox backend cannot run on this host.
@@ -164,6 +179,8 @@ def create_app(
     )
     service = Service(settings, bounded, toolchains, capacity, runner, metrics)
     service.status = board
+    episode_backend = episodes_backend or default_episodes(settings)
+    count_episodes(metrics, episode_backend.registry)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -171,6 +188,7 @@ def create_app(
             async with board.heartbeating():
                 yield
         finally:
+            await episode_backend.registry.aclose()
             await runner.aclose()
             await bounded.aclose()
 
@@ -182,12 +200,46 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.episodes = episode_backend
     app.include_router(health)
     app.include_router(api)
+    app.include_router(episodes)
+    app.include_router(openenv)
     _install_error_handlers(app, metrics)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
+
+
+def count_episodes(metrics: Metrics, registry: EpisodeRegistry) -> None:
+    """Gauges of the live episodes and of those reclaimed idle, read at each scrape."""
+    live = Gauge(
+        "execgym_episodes_live", "Agent episodes holding a sandbox.", registry=metrics.registry
+    )
+    live.set_function(lambda: registry.live)
+    reclaimed = Gauge(
+        "execgym_episodes_reclaimed",
+        "Agent episodes closed after their idle timeout, since start.",
+        registry=metrics.registry,
+    )
+    reclaimed.set_function(lambda: registry.reclaimed)
+
+
+def default_episodes(settings: ServerSettings) -> EpisodeBackend:
+    """Episodes of :mod:`execgym.episodes` in this process, bounded by ``settings``.
+
+    The episode package is imported on the first episode, not here, so the rest of the
+    service runs without it.
+    """
+
+    def build(task: object) -> EpisodeEnv:
+        return local_env_factory()(task)
+
+    registry = EpisodeRegistry(
+        build, max_episodes=settings.max_episodes, idle_timeout_s=settings.episode_idle_timeout_s
+    )
+    catalog = ShippedTasks(*([settings.episode_tasks] if settings.episode_tasks else []))
+    return EpisodeBackend(registry, catalog, tool_schemas)
 
 
 def app_from_env() -> FastAPI:

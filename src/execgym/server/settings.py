@@ -38,6 +38,12 @@ class ServerSettings:
         default_memory_bytes: Memory of a run whose request does not say, in bytes.
         readiness_ttl_s: Seconds a passed sandbox self-test keeps ``/readyz`` green
             before it is run again.
+        max_episodes: Most live agent episodes (``/v1/episodes``, ``/reset``) at once;
+            past it opening one gets 429 with ``Retry-After``.
+        episode_idle_timeout_s: Seconds without a step after which an episode is
+            closed and forgotten (finished ones too).
+        episode_tasks: A ``RepoTask`` file or directory whose tasks episodes may be
+            opened on by id, besides the shipped examples.
         pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
             ``EXECGYM_SERVER_POD_NAME`` from the pod's ``metadata.name``).
         breakers: Circuit breakers per task type for ``/v1/score``, as
@@ -62,6 +68,9 @@ class ServerSettings:
     readiness_ttl_s: float = 30.0
     pod_name: str | None = None
     breakers: str = DEFAULT_SPEC
+    max_episodes: int = 64
+    episode_idle_timeout_s: float = 300.0
+    episode_tasks: str | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
