@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from execgym.sandbox import BubblewrapSandbox, Sandbox, UnisolatedSandbox
-from execgym.sandbox._cgroup import detect_cgroups, flush_removals
+from execgym.sandbox._cgroup import CgroupHost, detect_cgroups, flush_removals
 from execgym.sandbox.gvisor import GVisorSandbox
 
 CI = bool(os.environ.get("CI"))
@@ -74,6 +74,20 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(("EXECGYM_", "AWS_", "REDIS_")):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def no_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the sandboxes see a host without usable cgroups (as an ordinary user's)."""
+    import execgym.sandbox._cgroup as cgroup_module
+    import execgym.sandbox._run as run_module
+    import execgym.sandbox.pool as pool_module
+
+    def hidden() -> CgroupHost:
+        return CgroupHost(None, reason="hidden by the test")
+
+    for module in (cgroup_module, run_module, pool_module):
+        monkeypatch.setattr(module, "detect_cgroups", hidden)
 
 
 @pytest.fixture

@@ -252,3 +252,15 @@ async def test_standard_library_containers_cross_as_plain_data(
     )
     result = await judge(bwrap_sandbox, completion, task)
     assert result.verdict is Verdict.PASSED, result.message
+
+
+async def test_without_cgroups_a_cpu_bound_solution_is_a_timeout(no_cgroups) -> None:
+    """With rlimits only, the solution's process gets SIGXCPU at its CPU limit: the
+    harness reports ``timeout``, not an ``error`` for a process that died."""
+    from execgym.sandbox import BubblewrapSandbox, WarmPoolSandbox
+
+    limits = Limits(cpu_time_s=1, wall_time_s=30)
+    async with WarmPoolSandbox() as pool:
+        for sandbox in (BubblewrapSandbox(), pool):
+            result = await judge(sandbox, "    while True:\n        pass\n", limits=limits)
+            assert result.verdict is Verdict.TIMEOUT, (sandbox, result.message)

@@ -14,7 +14,7 @@ import pytest
 from execgym.errors import ConfigError, SandboxUnavailable, TaskError
 from execgym.limits import Limits, MiB
 from execgym.sandbox import BubblewrapSandbox, Status, create_sandbox
-from execgym.sandbox._cgroup import CgroupHost, detect_cgroups
+from execgym.sandbox._cgroup import detect_cgroups
 from tests.conftest import processes_with, python, require, run_cgroups, toolchain_dirs
 
 
@@ -404,27 +404,13 @@ def test_cgroups_left_by_a_killed_execgym_are_swept(needs_cgroup) -> None:
                 path.rmdir()
 
 
-def _hide_cgroups(monkeypatch) -> None:
-    """Make the sandboxes see a host without usable cgroups (as an ordinary user's)."""
-    import execgym.sandbox._cgroup as cgroup_module
-    import execgym.sandbox._run as run_module
-    import execgym.sandbox.pool as pool_module
-
-    def no_cgroups() -> CgroupHost:
-        return CgroupHost(None, reason="hidden by the test")
-
-    for module in (cgroup_module, run_module, pool_module):
-        monkeypatch.setattr(module, "detect_cgroups", no_cgroups)
-
-
 async def test_without_cgroups_cpu_limits_are_timeouts_and_cpu_time_is_counted(
-    monkeypatch,
+    no_cgroups,
 ) -> None:
     """With rlimits only, a CPU-bound run ends as a CPU ``time_limit`` (not a crash), and
     one killed by the wall clock still reports the CPU time it used (not about 0)."""
     from execgym.sandbox import WarmPoolSandbox
 
-    _hide_cgroups(monkeypatch)
     spin = b"while True: pass\n"
     counting = (
         b"import time\nwhile True:\n    for _ in range(10**5): pass\n"

@@ -247,6 +247,8 @@ class Solution:
         data = self.receive(self.answers)
         if data is None:
             status = self.stop()
+            if os.WIFSIGNALED(status) and os.WTERMSIG(status) == 24:  # SIGXCPU: RLIMIT_CPU
+                self.fail("timeout", "CPULimit", "the solution used up its CPU time (SIGXCPU)")
             how = (
                 "killed by signal %d" % os.WTERMSIG(status)
                 if os.WIFSIGNALED(status)

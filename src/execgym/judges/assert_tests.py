@@ -35,6 +35,7 @@ _REPORTED = {
         Verdict.ERROR,
         Verdict.MEMORY_EXCEEDED,
         Verdict.TAMPERED,
+        Verdict.TIMEOUT,
     )
 }
 _REPORTED["harness_error"] = Verdict.SANDBOX_ERROR
