@@ -15,6 +15,7 @@ import sys
 
 HANDLE = "\x00execgym-handle"
 OPERATIONS = ("len", "iter", "next", "bool", "str", "int", "float", "getitem", "contains")
+"""What a :class:`Remote` forwards as builtin operations (its dunder methods)."""
 
 
 def module_server(libraries, commands, answers):
@@ -26,8 +27,6 @@ def module_server(libraries, commands, answers):
     import importlib
     import operator
 
-    exit_now, loads = os._exit, make_codec()[1]
-    receive = make_frames(os.read, os.write)[2]
     answer, raised, reply, flush = make_answerer(answers, {})
     objects, plain_types = {}, (str, bytes, int, float, complex, list, tuple, set, frozenset, dict)
     builtin_ops = {
@@ -82,12 +81,7 @@ def module_server(libraries, commands, answers):
             found = getattr(found, name)
         return found
 
-    while True:
-        message = receive(commands)
-        if message is None:
-            flush()
-            exit_now(0)
-        request = loads(message)
+    for request in requests(commands, flush):
         try:
             if request[0] == "import":
                 for name in request[1]:
@@ -156,32 +150,20 @@ class Remote:
         __tracebackhide__ = True
         return self._server.request("op", self._root, self._path, name, list(args))
 
-    def __len__(self):
-        return self._op("len")
 
-    def __iter__(self):
-        return self._op("iter")
+def forwarding(operation):
+    """A method of :class:`Remote` that applies ``operation`` in the solution process."""
 
-    def __next__(self):
-        return self._op("next")
+    def method(self, *args):
+        __tracebackhide__ = True
+        return self._op(operation, *args)
 
-    def __bool__(self):
-        return self._op("bool")
+    method.__name__ = "__%s__" % operation
+    return method
 
-    def __str__(self):
-        return self._op("str")
 
-    def __int__(self):
-        return self._op("int")
-
-    def __float__(self):
-        return self._op("float")
-
-    def __getitem__(self, key):
-        return self._op("getitem", key)
-
-    def __contains__(self, item):
-        return self._op("contains", item)
+for _operation in OPERATIONS:  # len(), iter(), next(), bool(), str(), int(), float(), [], in
+    setattr(Remote, "__%s__" % _operation, forwarding(_operation))
 
 
 class ModuleServer:

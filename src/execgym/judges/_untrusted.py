@@ -60,6 +60,17 @@ def make_answerer(answers, sources):
     return answer, raised, reply, flush
 
 
+def requests(commands, flush):
+    """Each request the harness sends on ``commands``, decoded; at EOF, flush and leave."""
+    receive, loads, exit_now = make_frames(os.read, os.write)[2], make_codec()[1], os._exit
+    while True:
+        message = receive(commands)
+        if message is None:
+            flush()
+            exit_now(0)
+        yield loads(message)
+
+
 def find_target(namespace, name, fresh):
     """A function returning what to call for ``name`` in the solution's ``namespace``.
 
@@ -94,18 +105,11 @@ def solution_process(program, entry_point, commands, answers):
     :func:`find_target`); ``("call", args, kwargs, limit_s)`` calls it, under a
     ``SIGALRM`` timer of ``limit_s`` seconds when that is not 0.
     """
-    exit_now, loads = os._exit, make_codec()[1]
-    receive = make_frames(os.read, os.write)[2]
     base_exception = BaseException
     answer, raised, reply, flush = make_answerer(answers, {"solution.py": program.splitlines()})
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     get_target, timer = None, None
-    while True:
-        message = receive(commands)
-        if message is None:
-            flush()
-            exit_now(0)
-        request = loads(message)
+    for request in requests(commands, flush):
         if request[0] == "load":
             try:
                 exec(compile(program, "solution.py", "exec"), namespace)
