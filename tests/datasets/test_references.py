@@ -5,7 +5,7 @@ that do not pass, with the reason, which the README's table summarises. The fast
 scores the first references of every data set.
 
 BigCodeBench-Hard needs the ``bigcodebench`` extra (``pip install -e '.[bigcodebench]'``,
-which ``.ci/run`` installs) and takes 3.5 to 8 minutes in full on 2 shared cores, so the
+which ``.ci/run`` installs) and takes 11-13 minutes a split in full on 2 loaded cores, so the
 regular suite scores a fixed subset (every 8th task of the complete split, every 24th
 of the instruct split, the two slow references left out); ``EXECGYM_BIGCODEBENCH_FULL=1``
 scores every task of both splits.
