@@ -31,8 +31,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from execgym.episodes.task import RepoTask
+from execgym.judges._programs import harness_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
-from execgym.judges.pytest_tests import _runner_source, interpret_pytest_run
+from execgym.judges.pytest_tests import interpret_pytest_run
 from execgym.limits import Limits
 from execgym.reward import RewardBreakdown, RewardSpec, evaluate, load_spec
 from execgym.sandbox._python import python_command
@@ -145,7 +146,7 @@ class Grader:
     def __init__(self, sandbox: Sandbox | None = None, *, max_concurrent: int = 4) -> None:
         self.sandbox = sandbox or BubblewrapSandbox()
         self._slots = asyncio.Semaphore(max_concurrent)
-        self._runner = _runner_source()
+        self._runner = harness_program("_pytest_runner.py", "_pytest_proxy.py")
 
     async def grade(
         self,
@@ -161,18 +162,21 @@ class Grader:
         tree = clean_tree(task, original, final)
         tree[HARNESS_NAME] = self._runner
         nonce = secrets.token_hex(16)
-        header = f"EXECGYM-PYTEST1 {nonce} {PYTHON_LIBRARIES_DIR} 0"
-        # The harness hands each line to pytest as an argument. The files are run, not
-        # the node ids (a node id in a file that fails to import stops pytest before any
-        # test runs), and one broken file must not stop the others.
+        # The pytest harness in mode in_process (a repository's tests need its real
+        # objects; the tree is a clean copy, the hidden tests fresh). The harness hands
+        # each line of part two after the nonce to pytest as an argument. The files are
+        # run, not the node ids (a node id in a file that fails to import stops pytest
+        # before any test runs), and one broken file must not stop the others.
         files = dict.fromkeys(node.split("::", 1)[0] for node in task.hidden_node_ids)
-        job = "\n".join([header, "--continue-on-collection-errors", *files])
+        first = f"in_process {PYTHON_LIBRARIES_DIR} 0".encode()
+        second = "\n".join([nonce, "--continue-on-collection-errors", *files]).encode()
+        job = b"%010d" % len(first) + first + b"%010d" % len(second) + second
         wall = max(limits.wall_time_s, DEFAULT_GRADING_WALL_TIME_S)
         run_limits = limits.merged(wall_time_s=wall, cpu_time_s=max(limits.cpu_time_s, wall))
         async with self._slots:
             run = await self.sandbox.run(
                 python_command(HARNESS_NAME),
-                stdin=(job + "\n").encode("utf-8"),
+                stdin=job,
                 files=tree,
                 limits=run_limits,
                 want_report=True,
