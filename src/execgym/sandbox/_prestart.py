@@ -135,7 +135,12 @@ class Prestarter:
         return bool(self._ready.get(self.key(limits)))
 
     def take(self, limits: Limits) -> Ready | None:
-        """A live prestarted sandbox for ``limits``, or ``None``; refills in the background."""
+        """A live prestarted sandbox for ``limits``, or ``None``.
+
+        Refills in the background: at once if there was none (this run starts cold),
+        else when the run that takes it has ended (see :meth:`run`), so setting the
+        next sandbox up never competes with the run for the CPU.
+        """
         if self._closed:
             return None
         key = self.key(limits)
@@ -147,10 +152,15 @@ class Prestarter:
                 found = ready
             else:
                 self.discard(ready)
-        filler = self._fillers.get(key)
-        if filler is None or filler.done():
-            self._fillers[key] = asyncio.get_running_loop().create_task(self._fill(limits))
+        if found is None:
+            self._refill(limits)
         return found
+
+    def _refill(self, limits: Limits) -> None:
+        key = self.key(limits)
+        filler = self._fillers.get(key)
+        if not self._closed and (filler is None or filler.done()):
+            self._fillers[key] = asyncio.get_running_loop().create_task(self._fill(limits))
 
     async def fill(self, limits: Limits) -> None:
         """Prestart sandboxes for ``limits`` until ``depth`` are ready (or one fails)."""
@@ -259,6 +269,7 @@ class Prestarter:
         if not await self.started(ready):
             log.warning("a prestarted sandbox ended before its job")
             self.discard(ready)
+            self._refill(limits)
             return None
         try:
             cgroup.apply(limits)
@@ -283,6 +294,7 @@ class Prestarter:
         except OSError as error:
             log.warning("a prestarted sandbox could not take its job: %s", error)
             self.discard(ready)
+            self._refill(limits)
             return None
         finally:
             with contextlib.suppress(OSError):
@@ -304,6 +316,7 @@ class Prestarter:
             outcome = await supervise(spec, launched, started=started)
         finally:
             cgroup.remove_soon()
+            self._refill(limits)
         return interpret(
             outcome,
             isolation="bwrap",
