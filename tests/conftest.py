@@ -102,7 +102,7 @@ async def prestarted_sandbox() -> AsyncIterator[BubblewrapSandbox]:
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     async with BubblewrapSandbox(prestart=1) as sandbox:
         yield sandbox
-    assert run_cgroups(every_kind=True) == [], "a prestarted sandbox's cgroup was left"
+    assert run_cgroups(kind="ready") == [], "a prestarted sandbox's cgroup was left"
 
 
 @pytest.fixture
@@ -141,17 +141,18 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
-def run_cgroups(pid: int | None = None, *, every_kind: bool = False) -> list[Path]:
+def run_cgroups(pid: int | None = None, *, kind: str = "") -> list[Path]:
     """Run cgroups made by process ``pid`` (default: this one) that still exist.
 
-    With ``every_kind``, also those made ahead of their runs (a warm pool's staged
-    inits, prestarted bwrap sandboxes), which exist while their sandbox is open. Waits
-    first for the removals queued in the background (``RunCgroup.remove_soon``).
+    ``kind`` names cgroups made ahead of their runs instead, which exist while their
+    sandbox is open: ``"ready"`` (prestarted bwrap sandboxes), ``"staged"`` (a warm
+    pool's staged inits). Waits first for the removals queued in the background
+    (``RunCgroup.remove_soon``).
     """
     flush_removals()
     host = detect_cgroups()
-    kinds = "(?:[a-z]+-)?" if every_kind else ""
-    name = re.compile(rf"execgym-{kinds}{pid or os.getpid()}-\d+")
+    prefix = f"{kind}-" if kind else ""
+    name = re.compile(rf"execgym-{prefix}{pid or os.getpid()}-\d+")
     return [
         p
         for parent in host.parents.values()

@@ -113,7 +113,7 @@ async def test_everything_is_reclaimed_on_close(needs_cgroup) -> None:
     assert await sandbox.prestart()
     assert await sandbox.prestart(Limits(network="loopback"))
     assert len(descendants(me)) > len(baseline)
-    assert run_cgroups(every_kind=True) != []
+    assert run_cgroups(kind="ready") != []
     await sandbox.aclose()
     assert descendants(me) == baseline
-    assert run_cgroups(every_kind=True) == []
+    assert run_cgroups(kind="ready") == []
