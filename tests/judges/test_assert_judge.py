@@ -264,3 +264,35 @@ async def test_without_cgroups_a_cpu_bound_solution_is_a_timeout(no_cgroups) -> 
         for sandbox in (BubblewrapSandbox(), pool):
             result = await judge(sandbox, "    while True:\n        pass\n", limits=limits)
             assert result.verdict is Verdict.TIMEOUT, (sandbox, result.message)
+
+
+@pytest.mark.parametrize(
+    ("tests", "error_type"),
+    [
+        ("def check(candidate)\n    assert candidate(2, 3) == 5\n", "SyntaxError"),
+        ("def verify(candidate):\n    assert candidate(2, 3) == 5\n", "NoCheck"),
+        ("import not_a_module_here\ndef check(candidate):\n    pass\n", "ModuleNotFoundError"),
+        ("EXPECTED = undefined_name\ndef check(candidate):\n    pass\n", "NameError"),
+    ],
+    ids=["tests-syntax-error", "no-check", "missing-module", "top-level-name-error"],
+)
+async def test_a_broken_task_is_invalid_not_the_models_error(
+    bwrap_sandbox, tests: str, error_type: str
+) -> None:
+    """Tests that cannot run on their own are the task's fault: ``invalid`` (masked, no
+    reward), never an ``error`` that would teach the model it was wrong."""
+    broken = ADD.model_copy(update={"tests": tests})
+    result = await judge(bwrap_sandbox, "    return a + b\n", task=broken)
+    assert result.verdict is Verdict.INVALID, result.message
+    assert result.verdict.is_masked
+    assert result.error is not None
+    assert result.error.type == error_type
+    assert result.message.startswith("the task is broken")
+
+
+async def test_a_rollout_that_breaks_is_still_its_own_error(bwrap_sandbox) -> None:
+    """Only the task's own code makes a task ``invalid``: a rollout's NameError or
+    SyntaxError stays the rollout's ``error``."""
+    for completion in ("    return a + undefined_name\n", "    return a +\n"):
+        result = await judge(bwrap_sandbox, completion)
+        assert result.verdict is Verdict.ERROR, result.message

@@ -117,7 +117,10 @@ def main():
 
     source = context + "\n\n" + tests + "\n"
     sources = {"tests.py": source.splitlines()}
-    code = compile(source, "tests.py", "exec")
+    try:
+        code = compile(source, "tests.py", "exec")
+    except (SyntaxError, ValueError) as error:  # the task's fault, not the rollout's
+        report("task_error", [("type", type(error).__name__), ("message", str(error)[:2000])])
     cases = [0, 0]
 
     def run_case(thunk):
@@ -141,7 +144,14 @@ def main():
         cases[0] = cases[1] = 0
         try:
             solution.load()
-            exec(code, namespace)
+            try:
+                exec(code, namespace)  # the task's own code: its errors are the task's
+            except Exception as error:
+                trace = format_traceback(error, sources)
+                fields = [("type", type(error).__name__), ("message", str(error)[:2000])]
+                report("task_error", [*fields, ("traceback", trace)])
+            if not callable(namespace.get("check")):
+                report("task_error", [("type", "NoCheck"), ("message", "no check() in tests")])
             proxy = _proxy(solution)
             namespace[entry_point] = proxy
             namespace["check"](proxy)

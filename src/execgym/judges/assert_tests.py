@@ -39,6 +39,7 @@ _REPORTED = {
     )
 }
 _REPORTED["harness_error"] = Verdict.SANDBOX_ERROR
+_REPORTED["task_error"] = Verdict.INVALID  # the task's tests or prompt are broken
 
 
 def _runner_source() -> bytes:
@@ -203,6 +204,8 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
             message = f"tampering detected ({payload.get('hack', 'unknown')}): {error.message}"
         elif verdict is Verdict.SANDBOX_ERROR:
             message = f"the test harness could not run the tests: {message}"
+        elif verdict is Verdict.INVALID:
+            message = f"the task is broken (its tests or prompt fail on their own): {message}"
         return Judgement(verdict, run, error=error, message=message, details=details)
     how = run.message or "exited with code 0"
     message = f"the program ended before the tests finished ({how}); no test report"
