@@ -305,7 +305,8 @@ def test_rollouts_of_skipped_or_unknown_tasks_say_why(bwrap_sandbox, tmp_path: P
     code, _, stderr = run("score", str(tasks), str(rollouts), "-o", str(out))
     assert code == 0
     assert "2 rollout(s) for task_id 't/3' scored as invalid: no such task" in stderr
-    assert "task_id 't/2' scored as invalid: its task was skipped as invalid" in stderr
+    assert "1 task(s) skipped as invalid (t/2; 1 rollout(s) masked): " in stderr
+    assert "tests" in stderr.split("1 task(s) skipped as invalid", 1)[1].splitlines()[0]
     by_index = {r["index"]: r for r in read(out)}
     assert "was skipped because it is invalid" in by_index[0]["message"]
     assert "tasks.jsonl:2" in by_index[0]["message"]

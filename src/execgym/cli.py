@@ -515,10 +515,21 @@ def _warn_unknown_tasks(
     for item in items:
         if isinstance(item, RolloutLine) and item.rollout.task_id not in tasks:
             unknown[item.rollout.task_id] = unknown.get(item.rollout.task_id, 0) + 1
+    by_reason: dict[str, list[str]] = {}
     for task_id, count in unknown.items():
-        why = "its task was skipped as invalid" if task_id in skipped else "no such task"
+        if task_id in skipped:
+            by_reason.setdefault(skipped[task_id], []).append(task_id)
+            continue
         click.echo(
-            f"warning: {count} rollout(s) for task_id {task_id!r} scored as invalid: {why}",
+            f"warning: {count} rollout(s) for task_id {task_id!r} scored as invalid: no such task",
+            err=True,
+        )
+    for reason, task_ids in by_reason.items():  # one line per reason, not per task
+        rollouts = sum(unknown[task_id] for task_id in task_ids)
+        shown = ", ".join(task_ids[:3]) + (", ..." if len(task_ids) > 3 else "")
+        click.echo(
+            f"warning: {len(task_ids)} task(s) skipped as invalid ({shown}; {rollouts} "
+            f"rollout(s) masked): {reason}",
             err=True,
         )
 

@@ -126,3 +126,16 @@ def test_unknown_example_ids_list_the_known_ones() -> None:
 def test_examples_are_shipped_in_the_package() -> None:
     assert (examples_dir() / "SOURCE.md").is_file()
     assert isinstance(example_tasks()[0], RepoTask)
+
+
+def test_a_task_is_taken_as_itself_its_json_or_an_example_id() -> None:
+    from execgym.episodes.sync import as_task
+
+    example = example_tasks()[0]
+    as_json = example.model_dump_json()
+    assert as_task(example) is example
+    assert as_task(example.id).id == example.id
+    assert as_task(as_json).id == example.id
+    assert as_task(json.loads(as_json)).id == example.id
+    with pytest.raises(TaskError, match="not valid JSON"):
+        as_task("{not json")

@@ -387,6 +387,7 @@ def test_cgroups_left_by_a_killed_execgym_are_swept(needs_cgroup) -> None:
     names = [
         f"execgym-{probe.pid}-1",
         f"execgym-staged-{probe.pid}-2",
+        f"execgym-ready-{probe.pid}-3",
         f"execgym-{os.getpid()}-999",
     ]
     made = [parent / name for parent in host.parents.values() for name in names]
@@ -395,7 +396,7 @@ def test_cgroups_left_by_a_killed_execgym_are_swept(needs_cgroup) -> None:
     try:
         _cgroup._swept.clear()
         removed = _cgroup.sweep_stale(host)
-        assert sorted(set(removed)) == sorted(names[:2])
+        assert sorted(set(removed)) == sorted(names[:3])
         assert all(not path.exists() for path in made if str(probe.pid) in path.name)
         assert all(path.exists() for path in made if str(os.getpid()) in path.name)
     finally:

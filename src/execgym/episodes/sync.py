@@ -16,12 +16,14 @@ In async code use :class:`AsyncEnv` directly (``make_async``).
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from execgym.episodes.env import AsyncEnv, StepResult
 from execgym.episodes.task import RepoTask, example_tasks, find_task, parse_repo_task
+from execgym.errors import TaskError
 
 T = TypeVar("T")
 
@@ -29,11 +31,18 @@ T = TypeVar("T")
 def as_task(task: RepoTask | dict[str, Any] | str) -> RepoTask:
     """A :class:`RepoTask` from itself, its JSON, or the id of an example task.
 
+    The JSON may be a dict or a string holding a JSON object.
+
     Raises:
-        TaskError: for invalid JSON fields; TaskNotFound: for an unknown id.
+        TaskError: for invalid JSON or fields; TaskNotFound: for an unknown id.
     """
     if isinstance(task, RepoTask):
         return task
+    if isinstance(task, str) and task.lstrip().startswith("{"):
+        try:
+            task = json.loads(task)
+        except json.JSONDecodeError as error:
+            raise TaskError(f"the task is not valid JSON: {error}") from error
     if isinstance(task, str):
         return find_task(task, example_tasks())
     return parse_repo_task(task)

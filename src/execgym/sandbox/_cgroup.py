@@ -213,7 +213,7 @@ def _read_keyed(path: Path, key: str) -> int | None:
     return None
 
 
-_STALE_NAME = re.compile(r"execgym-(?:staged-)?(\d+)-\d+")
+_STALE_NAME = re.compile(r"execgym-(?:staged-|ready-)?(\d+)-\d+")
 
 
 def _alive(pid: int) -> bool:
@@ -234,7 +234,7 @@ def sweep_stale(host: CgroupHost) -> tuple[str, ...]:
 
     A run's cgroup is removed when the run ends, even on our errors; only a SIGKILL of
     execgym itself (or a power cut) leaves one behind. Its name says which process made
-    it (``execgym-<pid>-<n>``, ``execgym-staged-<pid>-<n>``); those of processes no
+    it (``execgym-<pid>-<n>``, ``execgym-staged-...``, ``execgym-ready-...``); those of processes no
     longer alive are killed and removed here. Those of live processes are never touched.
 
     Returns:
