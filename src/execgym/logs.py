@@ -106,7 +106,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     @stream.setter
     def stream(self, value: IO[str]) -> None:
-        pass
+        """Ignored: this handler always writes to the current ``sys.stderr``."""
 
 
 def configure(

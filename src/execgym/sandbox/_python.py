@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from typing import Protocol
 
-from execgym.limits import Limits
+from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox.base import RunResult
 
 
@@ -60,3 +60,25 @@ async def run_python_as_file(
         env=env,
         want_report=want_report,
     )
+
+
+class PythonAsFile:
+    """``run_python`` for a backend whose ``run`` takes files: the script as ``runner.py``.
+
+    Shared by the bwrap, gVisor and unisolated backends (the warm pool has its own).
+    """
+
+    async def run_python(
+        self: _Runs,
+        source: bytes,
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        env: Mapping[str, str] | None = None,
+        want_report: bool = False,
+    ) -> RunResult:
+        """Run a Python script (as ``runner.py``); see :meth:`Sandbox.run_python`."""
+        return await run_python_as_file(
+            self, source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
+        )

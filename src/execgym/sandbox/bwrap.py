@@ -23,7 +23,7 @@ from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._prestart import Job, Prestarter, prestart_possible
 from execgym.sandbox._process import memfd_with
-from execgym.sandbox._python import python_command, run_python_as_file
+from execgym.sandbox._python import PythonAsFile, python_command
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
 from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
@@ -114,7 +114,7 @@ def default_read_only_paths() -> list[ReadOnlyPath]:
     return paths
 
 
-class BubblewrapSandbox:
+class BubblewrapSandbox(PythonAsFile):
     """Run each program in fresh namespaces with bubblewrap; see the module docstring.
 
     Args:
@@ -358,18 +358,3 @@ class BubblewrapSandbox:
         finally:
             for fd in fd_map.values():
                 os.close(fd)
-
-    async def run_python(
-        self,
-        source: bytes,
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run a Python script (as ``runner.py``); see :meth:`Sandbox.run_python`."""
-        return await run_python_as_file(
-            self, source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-        )

@@ -63,7 +63,7 @@ from execgym.errors import SandboxUnavailable, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox import _cgroup
 from execgym.sandbox._paths import safe_relative
-from execgym.sandbox._python import run_python_as_file
+from execgym.sandbox._python import PythonAsFile
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
 from execgym.sandbox._seccomp import _NAMESPACE_FLAGS, BLOCKED_SYSCALLS
@@ -179,7 +179,7 @@ def _stage_files(directory: Path, files: Mapping[str, bytes]) -> None:
         os.chmod(target, 0o644)
 
 
-class GVisorSandbox:
+class GVisorSandbox(PythonAsFile):
     """Run each program on its own gVisor kernel with ``runsc``; see the module docstring.
 
     Args:
@@ -382,18 +382,3 @@ class GVisorSandbox:
             return sandbox_error(self.name, f"could not prepare the sandbox: {error}")
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
-
-    async def run_python(
-        self,
-        source: bytes,
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run a Python script (as ``runner.py``); see :meth:`Sandbox.run_python`."""
-        return await run_python_as_file(
-            self, source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-        )

@@ -18,7 +18,7 @@ from execgym.errors import SandboxUnavailable
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox._paths import safe_relative
-from execgym.sandbox._python import run_python_as_file
+from execgym.sandbox._python import PythonAsFile
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, run_contained
 from execgym.sandbox.base import RunResult
@@ -36,7 +36,7 @@ _RECLAIM_WITHOUT_CGROUP = (
 )
 
 
-class UnisolatedSandbox:
+class UnisolatedSandbox(PythonAsFile):
     """Run each program as a plain child process in a fresh temp dir. NOT isolated.
 
     Args:
@@ -102,18 +102,3 @@ class UnisolatedSandbox:
             return sandbox_error(self.name, f"could not prepare the work dir: {error}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
-
-    async def run_python(
-        self,
-        source: bytes,
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run a Python script (as ``runner.py``); see :meth:`Sandbox.run_python`."""
-        return await run_python_as_file(
-            self, source, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-        )
