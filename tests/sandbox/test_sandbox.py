@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -405,6 +409,31 @@ def test_cgroups_left_by_a_killed_execgym_are_swept(needs_cgroup) -> None:
                 path.rmdir()
 
 
+def test_the_cpu_reading_before_a_kill_stops_the_whole_tree_first() -> None:
+    """A reading taken just before a kill stops every process of the tree, so the
+    figure cannot fall behind what the run goes on to use before the signal lands."""
+    from execgym.sandbox._proctree import tree_cpu_time_s
+
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nwhile True: pass\n"
+    root = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.5)
+        assert tree_cpu_time_s(root.pid) > 0.1
+        stopped = tree_cpu_time_s(root.pid, stop=True)
+        children = Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split()
+        assert len(children) == 1
+        for pid in [root.pid, *map(int, children)]:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            assert state == "T", (pid, state)
+        time.sleep(0.2)
+        assert tree_cpu_time_s(root.pid) == stopped  # nothing ran on
+    finally:
+        for pid in (int(p) for p in children) if "children" in locals() else ():
+            os.kill(pid, signal.SIGKILL)
+        root.kill()
+        root.wait()
+
+
 async def test_without_cgroups_cpu_limits_are_timeouts_and_cpu_time_is_counted(
     no_cgroups,
 ) -> None:
@@ -433,4 +462,8 @@ async def test_without_cgroups_cpu_limits_are_timeouts_and_cpu_time_is_counted(
             assert (walled.status, walled.limit_hit) == (Status.TIME_LIMIT, "wall_time_s")
             seen = float(walled.stdout.split()[-1])  # what it had used by its last print
             assert seen > 0.01
-            assert walled.cpu_time_s >= seen - 0.02, walled  # /proc counts in 10 ms ticks
+            # /proc counts whole ticks, user and system time each rounded down: up to two
+            # ticks short for the one busy process (the tree is stopped before it is read,
+            # so it cannot run on past the figure).
+            tick = 1 / os.sysconf("SC_CLK_TCK")
+            assert walled.cpu_time_s >= seen - 2 * tick - 0.001, walled

@@ -406,7 +406,7 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
     def kill() -> None:
         if not measured:
             # Killed processes are never reaped into rusage: read their clocks first.
-            sampled_cpu_s[0] = tree_cpu_time_s(pid)
+            sampled_cpu_s[0] = tree_cpu_time_s(pid, stop=True)
         _kill_tree(pid, spec.cgroup)
 
     watcher = Supervisor(launched.read_ends, max_output_bytes=spec.max_output_bytes, kill=kill)

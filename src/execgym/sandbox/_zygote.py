@@ -369,7 +369,7 @@ def serve():
             if "kill" in header:
                 for pid, (run, _) in runs.items():
                     if run == header["kill"]:
-                        killed_cpu[pid] = tree_cpu_time_s(pid)  # noqa: F821 (from _proctree.py)  # lost from rusage once killed
+                        killed_cpu[pid] = tree_cpu_time_s(pid, stop=True)  # noqa: F821 (from _proctree.py)  # lost from rusage once killed
                         os.kill(pid, signal.SIGKILL)
                 continue
             if "stage" in header:
