@@ -112,6 +112,14 @@ def main() -> None:
             f"{name} {value:.1f} ({value / base:.2f}x plain)" for name, value in medians.items()
         )
     )
+    default = medians["plain, default flags"]
+    print(
+        "to plain with default flags (what a harness calling subprocess.run([sys.executable,"
+        " ...]) gets): "
+        + ", ".join(
+            f"{name} {medians[name] / default:.2f}x" for name in ("bwrap", "bwrap + warm pool")
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -154,6 +154,7 @@ BIGCODEBENCH_SLOW = {"BigCodeBench/227", "BigCodeBench/461"}
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a whole data set: MBPP+ takes about a minute on 2 idle cores
 @pytest.mark.parametrize("name", [n for n in DATASETS if n not in BIGCODEBENCH])
 def test_all_references(name: str) -> None:
     loaded = load_builtin(name)

@@ -13,6 +13,7 @@ import pytest
 
 from execgym import Limits, Rollout, RolloutLine, ScoredRollout, Scorer, Task, Verdict
 from execgym.limits import MiB
+from execgym.sandbox import WarmPoolSandbox
 
 ADD = Task(
     task_id="hack/add",
@@ -76,61 +77,65 @@ def assert_zero(result: ScoredRollout, tampered: str | None = None) -> None:
 
 
 @pytest.mark.parametrize("task", list(TASKS.values()), ids=list(TASKS))
-async def test_honest_solutions_of_the_hacked_tasks_score_one(bwrap_sandbox, task: Task) -> None:
-    result = await score(bwrap_sandbox, HONEST[task.task_id], task)
+async def test_honest_solutions_of_the_hacked_tasks_score_one(hack_sandbox, task: Task) -> None:
+    result = await score(hack_sandbox, HONEST[task.task_id], task)
     assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
 
 
 # --- ending the run early -----------------------------------------------------------------
 
 
-async def test_sys_exit_zero_before_the_asserts(bwrap_sandbox) -> None:
-    assert_zero(await score(bwrap_sandbox, "    return 0\nimport sys\nsys.exit(0)\n"))
+async def test_sys_exit_zero_before_the_asserts(hack_sandbox) -> None:
+    assert_zero(await score(hack_sandbox, "    return 0\nimport sys\nsys.exit(0)\n"))
 
 
-async def test_os_exit_zero_before_the_asserts(bwrap_sandbox) -> None:
-    assert_zero(await score(bwrap_sandbox, "    return 0\nimport os\nos._exit(0)\n"))
+async def test_os_exit_zero_before_the_asserts(hack_sandbox) -> None:
+    assert_zero(await score(hack_sandbox, "    return 0\nimport os\nos._exit(0)\n"))
 
 
-async def test_system_exit_raised_inside_the_solution(bwrap_sandbox) -> None:
-    result = await score(bwrap_sandbox, "    raise SystemExit(0)\n")
+async def test_system_exit_raised_inside_the_solution(hack_sandbox) -> None:
+    result = await score(hack_sandbox, "    raise SystemExit(0)\n")
     assert_zero(result)
     assert result.verdict is Verdict.ERROR
     assert "SystemExit" in result.message
 
 
-async def test_keyboard_interrupt_raised_inside_the_solution(bwrap_sandbox) -> None:
-    result = await score(bwrap_sandbox, "    raise KeyboardInterrupt\n")
+async def test_keyboard_interrupt_raised_inside_the_solution(hack_sandbox) -> None:
+    result = await score(hack_sandbox, "    raise KeyboardInterrupt\n")
     assert_zero(result)
     assert "KeyboardInterrupt" in result.message
 
 
-async def test_killing_its_own_process_group(bwrap_sandbox) -> None:
+async def test_killing_its_own_process_group(hack_sandbox) -> None:
     completion = "    import os, signal\n    os.killpg(0, signal.SIGKILL)\n"
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_killing_the_harness_process(bwrap_sandbox) -> None:
+async def test_killing_the_harness_process(hack_sandbox) -> None:
     completion = "    import os, signal\n    os.kill(os.getppid(), signal.SIGKILL)\n"
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_stopping_the_harness_process_is_a_timeout(bwrap_sandbox) -> None:
+async def test_stopping_the_harness_process_is_a_timeout_or_nothing(hack_sandbox) -> None:
+    """Under a fresh sandbox's init the harness is PID 2 and stops: a timeout. In the
+    warm pool it is PID 1 of the run, which ignores signals from inside the namespace:
+    the answer 5 is simply wrong."""
     completion = "    import os, signal\n    os.kill(os.getppid(), signal.SIGSTOP)\n    return 5\n"
     limits = Limits(wall_time_s=1, cpu_time_s=1, memory_bytes=256 * MiB)
-    result = await score(bwrap_sandbox, completion, limits=limits)
+    result = await score(hack_sandbox, completion, limits=limits)
     assert_zero(result)
-    assert result.verdict is Verdict.TIMEOUT
+    pid_1 = isinstance(hack_sandbox, WarmPoolSandbox)
+    assert result.verdict is (Verdict.FAILED if pid_1 else Verdict.TIMEOUT), result.message
 
 
 # --- objects that compare equal to anything ------------------------------------------------
 
 
-async def test_object_whose_eq_is_always_true(bwrap_sandbox) -> None:
-    assert_zero(await score(bwrap_sandbox, ALWAYS_EQUAL), tampered="non-plain result")
+async def test_object_whose_eq_is_always_true(hack_sandbox) -> None:
+    assert_zero(await score(hack_sandbox, ALWAYS_EQUAL), tampered="non-plain result")
 
 
-async def test_str_subclass_whose_eq_is_always_true(bwrap_sandbox) -> None:
+async def test_str_subclass_whose_eq_is_always_true(hack_sandbox) -> None:
     completion = (
         "    return _S('nope')\n"
         "class _S(str):\n"
@@ -138,12 +143,12 @@ async def test_str_subclass_whose_eq_is_always_true(bwrap_sandbox) -> None:
         "    def __ne__(self, other): return False\n"
         "    __hash__ = str.__hash__\n"
     )
-    result = await score(bwrap_sandbox, completion, GREET)
+    result = await score(hack_sandbox, completion, GREET)
     assert_zero(result, tampered="non-plain result")
     assert "subclass of str" in result.message
 
 
-async def test_int_subclass_with_eq_sub_and_abs_overridden(bwrap_sandbox) -> None:
+async def test_int_subclass_with_eq_sub_and_abs_overridden(hack_sandbox) -> None:
     """evalplus PR #306: ``__sub__`` and ``__abs__`` beat tolerance checks too."""
     completion = (
         "    return _I(0)\n"
@@ -153,17 +158,17 @@ async def test_int_subclass_with_eq_sub_and_abs_overridden(bwrap_sandbox) -> Non
         "    def __abs__(self): return 0\n"
         "    __hash__ = int.__hash__\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion), tampered="non-plain result")
+    assert_zero(await score(hack_sandbox, completion), tampered="non-plain result")
 
 
-async def test_always_equal_object_inside_a_list(bwrap_sandbox) -> None:
+async def test_always_equal_object_inside_a_list(hack_sandbox) -> None:
     task = Task(
         task_id="hack/pair",
         prompt="def pair(a):\n",
         tests="def check(candidate):\n    assert candidate(1) == [1, 1]\n",
         entry_point="pair",
     )
-    scorer = Scorer({task.task_id: task}, bwrap_sandbox, FAST)
+    scorer = Scorer({task.task_id: task}, hack_sandbox, FAST)
     completion = "    return [a, _Any()]\n" + ALWAYS_EQUAL.split("\n", 1)[1]
     result = await scorer.score_one(
         RolloutLine(0, Rollout(task_id=task.task_id, completion=completion))
@@ -171,8 +176,8 @@ async def test_always_equal_object_inside_a_list(bwrap_sandbox) -> None:
     assert_zero(result, tampered="non-plain result")
 
 
-async def test_infinite_generator_does_not_hang_the_comparator(bwrap_sandbox) -> None:
-    result = await score(bwrap_sandbox, "    import itertools\n    return itertools.count()\n")
+async def test_infinite_generator_does_not_hang_the_comparator(hack_sandbox) -> None:
+    result = await score(hack_sandbox, "    import itertools\n    return itertools.count()\n")
     assert_zero(result)
     assert result.verdict is Verdict.ERROR
     assert "not plain data" in result.message
@@ -181,40 +186,40 @@ async def test_infinite_generator_does_not_hang_the_comparator(bwrap_sandbox) ->
     assert run.wall_time_s < 2
 
 
-async def test_eq_that_never_returns_is_refused_before_any_comparison(bwrap_sandbox) -> None:
+async def test_eq_that_never_returns_is_refused_before_any_comparison(hack_sandbox) -> None:
     completion = (
         "    return _Hang()\nclass _Hang:\n    def __eq__(self, other):\n        while True: pass\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion), tampered="non-plain result")
+    assert_zero(await score(hack_sandbox, completion), tampered="non-plain result")
 
 
-async def test_self_referencing_list(bwrap_sandbox) -> None:
-    result = await score(bwrap_sandbox, "    x = []\n    x.append(x)\n    return x\n")
+async def test_self_referencing_list(hack_sandbox) -> None:
+    result = await score(hack_sandbox, "    x = []\n    x.append(x)\n    return x\n")
     assert_zero(result)
 
 
 # --- patching the test machinery -----------------------------------------------------------
 
 
-async def test_monkeypatching_builtins(bwrap_sandbox) -> None:
+async def test_monkeypatching_builtins(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport builtins\n"
         "builtins.AssertionError = type('AssertionError', (BaseException,), {})\n"
         "builtins.isinstance = lambda *a: True\nbuiltins.len = lambda *a: 0\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_monkeypatching_unittest_assert_equal(bwrap_sandbox) -> None:
+async def test_monkeypatching_unittest_assert_equal(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport unittest\n"
         "unittest.TestCase.assertEqual = lambda *a, **k: None\n"
         "unittest.TestCase.failureException = type('Never', (BaseException,), {})\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion, UNITTEST_ADD))
+    assert_zero(await score(hack_sandbox, completion, UNITTEST_ADD))
 
 
-async def test_writing_a_pytest_conftest_and_shim(bwrap_sandbox) -> None:
+async def test_writing_a_pytest_conftest_and_shim(hack_sandbox) -> None:
     """BC-35's pytest variant: a conftest.py that turns failures into passes, and a fake
     ``pytest`` module; neither feeds anything the harness loads."""
     completion = (
@@ -224,20 +229,20 @@ async def test_writing_a_pytest_conftest_and_shim(bwrap_sandbox) -> None:
         "open('pytest.py', 'w').write('def main(*a, **k): return 0\\n')\n"
         "import sys\nsys.path.insert(0, '.')\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_patching_compile_to_strip_asserts(bwrap_sandbox) -> None:
+async def test_patching_compile_to_strip_asserts(hack_sandbox) -> None:
     """The assert machinery: compiling the tests with ``optimize=2`` would drop asserts."""
     completion = (
         "    return 0\nimport builtins\n_compile = builtins.compile\n"
         "builtins.compile = lambda s, f, m, *a, **k: _compile(s, f, m, optimize=2)\n"
         "_exec = builtins.exec\nbuiltins.exec = lambda *a, **k: None\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_patching_the_harness_in_its_own_process(bwrap_sandbox) -> None:
+async def test_patching_the_harness_in_its_own_process(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport sys\n"
         "_f = sys._getframe()\n"
@@ -249,10 +254,10 @@ async def test_patching_the_harness_in_its_own_process(bwrap_sandbox) -> None:
         "                         if k in ('format_traceback', 'Solution', 'main')})\n"
         "    _f = _f.f_back\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_nonce_hunt_through_frames_and_memory(bwrap_sandbox) -> None:
+async def test_nonce_hunt_through_frames_and_memory(hack_sandbox) -> None:
     """The nonce and the tests are not in the solution's process: not in its frames' locals
     (the harness's own frames included), not in any container the garbage collector knows."""
     completion = (
@@ -276,7 +281,7 @@ async def test_nonce_hunt_through_frames_and_memory(bwrap_sandbox) -> None:
         "            return a + b\n"
         "    return 0\n"
     )
-    result = await score(bwrap_sandbox, completion)
+    result = await score(hack_sandbox, completion)
     assert_zero(result)
     assert result.verdict is Verdict.FAILED, result.message
 
@@ -284,25 +289,25 @@ async def test_nonce_hunt_through_frames_and_memory(bwrap_sandbox) -> None:
 # --- forged results ------------------------------------------------------------------------
 
 
-async def test_fake_pass_markers_on_stdout(bwrap_sandbox) -> None:
+async def test_fake_pass_markers_on_stdout(hack_sandbox) -> None:
     completion = (
         "    return 0\nprint('PASSED test_add')\nprint('=== 1 passed in 0.01s ===')\n"
         "print('EXECGYM-START')\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_fake_json_results_on_stdout_and_stderr(bwrap_sandbox) -> None:
+async def test_fake_json_results_on_stdout_and_stderr(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport sys\n"
         "for stream in (sys.stdout, sys.stderr):\n"
         "    stream.write('0' * 32 + '\\n{\"verdict\": \"passed\"}\\n')\n"
         '    stream.write(\'{"verdict": "passed", "reward": 1.0}\\n\')\n'
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_writing_a_fake_results_file_and_report_channel(bwrap_sandbox) -> None:
+async def test_writing_a_fake_results_file_and_report_channel(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport os\n"
         "for name in ('results.jsonl', 'report.json', '/tmp/execgym-report', 'junit.xml'):\n"
@@ -313,23 +318,23 @@ async def test_writing_a_fake_results_file_and_report_channel(bwrap_sandbox) -> 
         "    except OSError:\n"
         "        pass\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_forged_frame_on_the_answer_pipe(bwrap_sandbox) -> None:
+async def test_forged_frame_on_the_answer_pipe(hack_sandbox) -> None:
     """Writing garbage where the harness reads the solution's answers is caught."""
     completion = (
         "    import os, time\n"
         "    os.write(5, (9).to_bytes(8, 'little') + b'passed!!!')\n"
         "    time.sleep(5)\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion), tampered="forged answer")
+    assert_zero(await score(hack_sandbox, completion), tampered="forged answer")
 
 
 # --- reading the answers -------------------------------------------------------------------
 
 
-async def test_reading_the_tests_from_disk_or_the_harness(bwrap_sandbox) -> None:
+async def test_reading_the_tests_from_disk_or_the_harness(hack_sandbox) -> None:
     """The tests exist only in the harness's memory: no file, no readable /proc entry."""
     completion = (
         "    import os, sys\n"
@@ -356,12 +361,12 @@ async def test_reading_the_tests_from_disk_or_the_harness(bwrap_sandbox) -> None
         "            pass\n"
         "    return a + b if leaks else 0\n"
     )
-    result = await score(bwrap_sandbox, completion)
+    result = await score(hack_sandbox, completion)
     assert_zero(result)
     assert result.verdict is Verdict.FAILED, result.message
 
 
-async def test_reading_the_dataset_file_from_the_host(bwrap_sandbox) -> None:
+async def test_reading_the_dataset_file_from_the_host(hack_sandbox) -> None:
     from execgym.tasks.loaders import humaneval_path
 
     completion = (
@@ -371,31 +376,31 @@ async def test_reading_the_dataset_file_from_the_host(bwrap_sandbox) -> None:
         "    except OSError:\n"
         "        return 0\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
 # --- hooks that run late -------------------------------------------------------------------
 
 
-async def test_excepthook_swallowing_the_failure(bwrap_sandbox) -> None:
+async def test_excepthook_swallowing_the_failure(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport sys, os\n"
         "sys.excepthook = lambda *a: os._exit(0)\n"
         "sys.unraisablehook = lambda *a: None\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_atexit_hook_rewriting_the_outcome(bwrap_sandbox) -> None:
+async def test_atexit_hook_rewriting_the_outcome(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport atexit, os\n"
         "atexit.register(lambda: os.write(1, b'PASSED\\n'))\n"
         "atexit.register(lambda: os._exit(0))\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_del_hook_rewriting_the_output(bwrap_sandbox) -> None:
+async def test_del_hook_rewriting_the_output(hack_sandbox) -> None:
     completion = (
         "    return 0\nimport os\n"
         "class _Ghost:\n"
@@ -407,4 +412,4 @@ async def test_del_hook_rewriting_the_output(bwrap_sandbox) -> None:
         "                pass\n"
         "_ghost = _Ghost()\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion))
+    assert_zero(await score(hack_sandbox, completion))

@@ -47,21 +47,21 @@ async def score(sandbox, completion: str, task: Task = ADD, limits: Limits = FAS
 
 
 @pytest.mark.parametrize("task", list(TASKS.values()), ids=list(TASKS))
-async def test_honest_solutions_of_the_hacked_tasks_score_one(bwrap_sandbox, task: Task) -> None:
-    result = await score(bwrap_sandbox, HONEST[task.task_id], task)
+async def test_honest_solutions_of_the_hacked_tasks_score_one(hack_sandbox, task: Task) -> None:
+    result = await score(hack_sandbox, HONEST[task.task_id], task)
     assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
 
 
-async def test_frame_and_gc_walk_finds_no_nonce_to_forge_a_report(bwrap_sandbox) -> None:
+async def test_frame_and_gc_walk_finds_no_nonce_to_forge_a_report(hack_sandbox) -> None:
     """The nonce is nowhere in the solution's process, and fd 3 is closed there."""
     body = '{"status": "ok", "results": [{"value": 5}, {"value": 0}, {"value": 8}]}'
-    result = await score(bwrap_sandbox, nonce_hunt(body))
+    result = await score(hack_sandbox, nonce_hunt(body))
     assert_zero(result)
     assert result.verdict is Verdict.FAILED, result.message
     assert 'got "no-nonce"' in result.message
 
 
-async def test_patching_the_harness_encoder_and_report_in_its_own_process(bwrap_sandbox) -> None:
+async def test_patching_the_harness_encoder_and_report_in_its_own_process(hack_sandbox) -> None:
     """The harness's functions exist in the solution's process too (it was forked from
     it): rewriting them there changes nothing the harness runs."""
     completion = (
@@ -81,18 +81,18 @@ async def test_patching_the_harness_encoder_and_report_in_its_own_process(bwrap_
         "builtins.isinstance = lambda *a: True\n"
         "def add(a, b):\n    return 0\n"
     )
-    result = await score(bwrap_sandbox, completion)
+    result = await score(hack_sandbox, completion)
     assert_zero(result)
     assert result.verdict in (Verdict.FAILED, Verdict.ERROR), result.message
 
 
 @pytest.mark.parametrize("completion", list(EARLY_EXITS.values()), ids=list(EARLY_EXITS))
-async def test_ending_the_run_early(bwrap_sandbox, completion: str) -> None:
-    assert_zero(await score(bwrap_sandbox, completion))
+async def test_ending_the_run_early(hack_sandbox, completion: str) -> None:
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_exiting_mid_run_fails_the_remaining_cases(bwrap_sandbox) -> None:
-    result = await score(bwrap_sandbox, EARLY_EXITS["os-exit-mid-run"])
+async def test_exiting_mid_run_fails_the_remaining_cases(hack_sandbox) -> None:
+    result = await score(hack_sandbox, EARLY_EXITS["os-exit-mid-run"])
     assert result.judgement is not None
     cases = [case["verdict"] for case in result.judgement.details["cases"]]
     assert cases == ["passed", "error", "error"]
@@ -121,23 +121,23 @@ async def test_exiting_mid_run_fails_the_remaining_cases(bwrap_sandbox) -> None:
     ],
     ids=["object", "inside-a-list", "int-subclass", "str-subclass", "leetcode-method"],
 )
-async def test_always_equal_results_are_tampered(bwrap_sandbox, completion: str, task) -> None:
-    result = await score(bwrap_sandbox, completion, task)
+async def test_always_equal_results_are_tampered(hack_sandbox, completion: str, task) -> None:
+    result = await score(hack_sandbox, completion, task)
     assert_zero(result, tampered="non-plain result")
 
 
-async def test_forged_frame_on_the_answer_pipe(bwrap_sandbox) -> None:
-    assert_zero(await score(bwrap_sandbox, FORGED_FRAME), tampered="forged answer")
+async def test_forged_frame_on_the_answer_pipe(hack_sandbox) -> None:
+    assert_zero(await score(hack_sandbox, FORGED_FRAME), tampered="forged answer")
 
 
-async def test_disarming_the_case_timer_is_still_a_timeout(bwrap_sandbox) -> None:
+async def test_disarming_the_case_timer_is_still_a_timeout(hack_sandbox) -> None:
     """The harness kills a solution that ignores SIGALRM and runs past the case limit."""
     task = ADD.model_copy(update={"case_time_limit_s": 0.3})
     completion = (
         "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
         "def add(a, b):\n    while True:\n        pass\n"
     )
-    scorer = Scorer({task.task_id: task}, bwrap_sandbox, FAST)
+    scorer = Scorer({task.task_id: task}, hack_sandbox, FAST)
     result = await scorer.score_one(
         RolloutLine(0, Rollout(task_id=task.task_id, completion=completion))
     )
@@ -148,7 +148,7 @@ async def test_disarming_the_case_timer_is_still_a_timeout(bwrap_sandbox) -> Non
     assert result.judgement.run.wall_time_s < 2.5
 
 
-async def test_reading_the_cases_from_the_harness(bwrap_sandbox) -> None:
+async def test_reading_the_cases_from_the_harness(hack_sandbox) -> None:
     """The expected values never reach the solution's process: no descriptor, no /proc."""
     completion = (
         "import os\n"
@@ -166,6 +166,6 @@ async def test_reading_the_cases_from_the_harness(bwrap_sandbox) -> None:
         "        pass\n"
         "    return [leak for leak in leaks if leak]\n"
     )
-    result = await score(bwrap_sandbox, completion)
+    result = await score(hack_sandbox, completion)
     assert_zero(result)
     assert result.message.endswith("got []"), result.message

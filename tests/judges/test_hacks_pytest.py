@@ -59,20 +59,20 @@ async def score(sandbox, completion: str, task: Task = ADD):
 
 
 @pytest.mark.parametrize("task", list(TASKS.values()), ids=list(TASKS))
-async def test_honest_solutions_of_the_hacked_tasks_score_one(bwrap_sandbox, task: Task) -> None:
-    result = await score(bwrap_sandbox, HONEST[task.task_id], task)
+async def test_honest_solutions_of_the_hacked_tasks_score_one(hack_sandbox, task: Task) -> None:
+    result = await score(hack_sandbox, HONEST[task.task_id], task)
     assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
     assert result.judgement is not None
     assert result.judgement.details["mode"] == "proxy"
 
 
-async def test_frame_and_gc_walk_finds_no_nonce_to_forge_a_report(bwrap_sandbox) -> None:
+async def test_frame_and_gc_walk_finds_no_nonce_to_forge_a_report(hack_sandbox) -> None:
     body = (
         '{"mode": "proxy", "exit_code": 0, "tampered": false, "collection_errors": [], '
         '"tests": [{"name": "t", "outcome": "passed", "message": ""}]}'
     )
     completion = nonce_hunt(body)
-    result = await score(bwrap_sandbox, completion)
+    result = await score(hack_sandbox, completion)
     assert_zero(result)
     assert result.verdict is Verdict.FAILED, result.message
     assert "'no-nonce'" in result.judgement.details["tests"][0]["message"]
@@ -104,8 +104,8 @@ async def test_frame_and_gc_walk_finds_no_nonce_to_forge_a_report(bwrap_sandbox)
     ],
     ids=["patch-pytest-reporting", "patch-builtins-and-asserts", "rewrite-test-files", "fake"],
 )
-async def test_tampering_in_the_rollouts_process_reaches_nothing(bwrap_sandbox, completion) -> None:
-    result = await score(bwrap_sandbox, completion)
+async def test_tampering_in_the_rollouts_process_reaches_nothing(hack_sandbox, completion) -> None:
+    result = await score(hack_sandbox, completion)
     assert_zero(result)
     assert result.verdict is Verdict.FAILED, result.message
     tests = result.judgement.details["tests"]
@@ -113,18 +113,18 @@ async def test_tampering_in_the_rollouts_process_reaches_nothing(bwrap_sandbox, 
 
 
 @pytest.mark.parametrize("completion", list(EARLY_EXITS.values()), ids=list(EARLY_EXITS))
-async def test_ending_the_run_early(bwrap_sandbox, completion: str) -> None:
-    assert_zero(await score(bwrap_sandbox, completion))
+async def test_ending_the_run_early(hack_sandbox, completion: str) -> None:
+    assert_zero(await score(hack_sandbox, completion))
 
 
-async def test_an_always_equal_object_is_compared_by_identity(bwrap_sandbox) -> None:
-    result = await score(bwrap_sandbox, ALWAYS_EQUAL + "def add(a, b):\n    return _Any()\n")
+async def test_an_always_equal_object_is_compared_by_identity(hack_sandbox) -> None:
+    result = await score(hack_sandbox, ALWAYS_EQUAL + "def add(a, b):\n    return _Any()\n")
     assert_zero(result)
     assert result.verdict is Verdict.FAILED, result.message
 
 
 @pytest.mark.parametrize("base", ["str", "int"])
-async def test_an_always_equal_builtin_subclass_is_tampered(bwrap_sandbox, base: str) -> None:
+async def test_an_always_equal_builtin_subclass_is_tampered(hack_sandbox, base: str) -> None:
     completion = (
         f"class _S({base}):\n"
         "    def __eq__(self, other): return True\n"
@@ -132,8 +132,8 @@ async def test_an_always_equal_builtin_subclass_is_tampered(bwrap_sandbox, base:
         f"    __hash__ = {base}.__hash__\n"
         f"def greet(name):\n    return _S({'0' if base == 'int' else repr('no')})\n"
     )
-    assert_zero(await score(bwrap_sandbox, completion, GREET), tampered="non-plain result")
+    assert_zero(await score(hack_sandbox, completion, GREET), tampered="non-plain result")
 
 
-async def test_forged_frame_on_the_answer_pipe(bwrap_sandbox) -> None:
-    assert_zero(await score(bwrap_sandbox, FORGED_FRAME), tampered="forged answer")
+async def test_forged_frame_on_the_answer_pipe(hack_sandbox) -> None:
+    assert_zero(await score(hack_sandbox, FORGED_FRAME), tampered="forged answer")

@@ -11,7 +11,7 @@ import pytest
 
 from execgym import Verdict
 from execgym.judges import AssertJudge
-from execgym.limits import Limits, MiB
+from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox import Status, WarmPoolSandbox
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.tasks import Task
@@ -244,3 +244,52 @@ async def test_runs_cannot_leave_files_for_later_runs(pool) -> None:
         lines = result.stdout.decode().splitlines()
         assert lines[:2] == ["EROFS /planted", "EROFS /dev/planted"], lines
         assert lines[2] == "['runner.py-mark']", lines  # only its own mark
+
+
+async def test_a_judges_harness_is_preloaded_and_runs_as_pid_1_with_the_same_verdicts(
+    bwrap_sandbox,
+) -> None:
+    """The judges' harnesses are registered as execgym's own code: the pool loads them
+    into the zygote once and runs them as PID 1 of the run (no separate init), while
+    any other script still gets an init. Verdicts are the same as on fresh bwrap."""
+    from execgym.judges.assert_tests import runner_program
+    from execgym.sandbox._trusted import trusted_program
+
+    assert trusted_program(runner_program()) is not None
+    assert trusted_program(b"print('not registered')\n") is None
+    task = Task(
+        task_id="t/pids",
+        prompt="def pids():\n",
+        tests="def check(candidate):\n    assert candidate() == EXPECTED, candidate()\n",
+        entry_point="pids",
+    )
+    body = "    import os\n    return [os.getpid(), os.getppid()]\n"
+    async with WarmPoolSandbox() as pool:
+        # the harness (the solution's parent) is PID 1 on the pool, PID 2 under bwrap's init
+        for sandbox, expected in ((pool, [2, 1]), (bwrap_sandbox, [3, 2])):
+            with_expected = task.model_copy(
+                update={"tests": f"EXPECTED = {expected}\n" + task.tests}
+            )
+            for _ in range(4):  # staged inits made before and after the preload
+                result = await AssertJudge().judge(with_expected, body, sandbox, DEFAULT_LIMITS)
+                assert result.verdict is Verdict.PASSED, (sandbox, result.message)
+        plain = await pool.run_python(b"import os; print(os.getpid())")
+        assert plain.stdout == b"2\n"  # an ordinary script runs under the run's init
+
+
+async def test_a_program_registered_after_the_pool_started_runs_before_and_after_preload(
+    pool,
+) -> None:
+    """Inits staged before a program's code reached the zygote run the script sent with
+    the job; later ones run the preloaded code as PID 1. Both give the same output."""
+    from execgym.sandbox._trusted import register_trusted_program
+
+    source = f"import os\nprint('{uuid.uuid4().hex}', os.getpid() == 1 or os.getpid())\n"
+    script = source.encode()
+    register_trusted_program(script, compile(source, "test-program", "exec"))
+    outputs = [await pool.run_python(script) for _ in range(6)]
+    assert all(r.status is Status.OK for r in outputs), outputs
+    pids = [r.stdout.split()[1] for r in outputs]
+    assert set(pids) <= {b"True", b"2"}
+    assert pids[-1] == b"True"  # preloaded by then: PID 1
+    assert len({r.stdout.split()[0] for r in outputs}) == 1

@@ -12,6 +12,9 @@ import functools
 import marshal
 import sys
 from importlib import resources
+from types import CodeType
+
+from execgym.sandbox._trusted import register_trusted_program
 
 
 def runner_source(name: str) -> bytes:
@@ -38,7 +41,10 @@ def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
     not, the script stops before the harness starts, which the judge reports as a
     ``sandbox_error`` with the reason.
     """
-    code = compile(source, filename, "exec", dont_inherit=True)
+    return _script_for(compile(source, filename, "exec", dont_inherit=True))
+
+
+def _script_for(code: CodeType) -> bytes:
     tag = repr(sys.implementation.cache_tag or "").encode()
     return (
         b"import marshal, sys\n"
@@ -54,6 +60,17 @@ def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
 def harness_program(name: str, *parts: str) -> bytes:
     """The harness ``name`` (``_assert_runner.py``...) with the boundary code, marshalled.
 
-    ``parts`` are more of the judges' data files to put before it.
+    ``parts`` are more of the judges' data files to put before it. The script is
+    registered as execgym's own (:func:`execgym.sandbox._trusted.register_trusted_program`),
+    so a warm pool defines its functions once, ahead of the runs, and each run only
+    calls its ``main()``.
     """
-    return marshalled_program(with_plain_data(runner_source(name), *parts), name)
+    source = with_plain_data(runner_source(name), *parts)
+    code = compile(source, name, "exec", dont_inherit=True)
+    script = _script_for(code)
+    body = source.rstrip()
+    definitions = None
+    if body.endswith(b"\nmain()"):  # every harness ends by calling main()
+        definitions = compile(body[: -len(b"main()")], name, "exec", dont_inherit=True)
+    register_trusted_program(script, code, definitions=definitions, entry="main")
+    return script

@@ -187,24 +187,44 @@ def detect_cgroups() -> CgroupHost:
     return host
 
 
-def _write(path: Path, value: str) -> bool:
+def _write(path: Path | str, value: str) -> bool:
+    """Write ``value`` to a cgroup file with one ``write(2)``; whether the kernel took it."""
     try:
-        path.write_text(value)
+        fd = os.open(path, os.O_WRONLY)
     except OSError:
         return False
+    try:
+        os.write(fd, value.encode())
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return True
 
 
-def _read_int(path: Path) -> int | None:
+def _read(path: Path | str) -> str:
+    """The whole (small) content of a cgroup file.
+
+    Raises:
+        OSError: if it cannot be read.
+    """
+    fd = os.open(path, os.O_RDONLY)
     try:
-        return int(path.read_text().split()[0])
+        return os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
+
+
+def _read_int(path: Path | str) -> int | None:
+    try:
+        return int(_read(path).split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
 
-def _read_keyed(path: Path, key: str) -> int | None:
+def _read_keyed(path: Path | str, key: str) -> int | None:
     try:
-        for line in path.read_text().splitlines():
+        for line in _read(path).splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
@@ -305,6 +325,16 @@ class RunCgroup:
         self.dirs = dirs
         self.enforced: dict[str, str] = {}
         self._cpu_base_s = 0.0
+        self._written: dict[Path, str] = {}  # what apply() set, so equal limits cost nothing
+
+    def _set(self, path: Path, value: str) -> bool:
+        """Write a limit file unless this cgroup already holds ``value`` there."""
+        if self._written.get(path) == value:
+            return True
+        if not _write(path, value):
+            return False
+        self._written[path] = value
+        return True
 
     @classmethod
     def create(cls, limits: Limits, *, prefix: str = "execgym") -> RunCgroup | None:
@@ -347,21 +377,21 @@ class RunCgroup:
         tag = f"cgroup-v{self.version}"
         if self.version == 2:
             base = self.dirs["unified"]
-            if _write(base / "memory.max", str(limits.memory_bytes)):
+            if self._set(base / "memory.max", str(limits.memory_bytes)):
                 self.enforced["memory_bytes"] = tag
-            _write(base / "memory.swap.max", "0")
-            if _write(base / "pids.max", str(limits.max_processes)):
+            self._set(base / "memory.swap.max", "0")
+            if self._set(base / "pids.max", str(limits.max_processes)):
                 self.enforced["max_processes"] = tag
             return
         memory = self.dirs["memory"]
-        _write(memory / "memory.swappiness", "0")
+        self._set(memory / "memory.swappiness", "0")
         # memory+swap may never be below memory: lower memory first, raise memsw first.
         limit, memsw = memory / "memory.limit_in_bytes", memory / "memory.memsw.limit_in_bytes"
-        applied = _write(limit, str(limits.memory_bytes))
-        _write(memsw, str(limits.memory_bytes))
-        if applied or _write(limit, str(limits.memory_bytes)):
+        applied = self._set(limit, str(limits.memory_bytes))
+        self._set(memsw, str(limits.memory_bytes))
+        if applied or self._set(limit, str(limits.memory_bytes)):
             self.enforced["memory_bytes"] = tag
-        if _write(self.dirs["pids"] / "pids.max", str(limits.max_processes)):
+        if self._set(self.dirs["pids"] / "pids.max", str(limits.max_processes)):
             self.enforced["max_processes"] = tag
 
     @property
@@ -438,7 +468,7 @@ class RunCgroup:
         # all, so one controller's list (pids, or memory) names every process.
         path = self.dirs.get("pids") or next(iter(self.dirs.values()))
         try:
-            return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+            return [int(p) for p in _read(path / "cgroup.procs").split()]
         except (OSError, ValueError):
             return []
 

@@ -6,13 +6,18 @@ stdout, stderr, report, a files archive, the script). For each run it forks a ch
 that, before any untrusted code exists in it:
 
 1. joins the run's cgroups (writing ``0`` to ``cgroup.procs``: "this process");
-2. enters fresh mount, PID, network, IPC and UTS namespaces, forks the program as PID 1
-   of the new PID namespace and waits for it (so killing it kills the whole run);
-3. in the program: mounts a private tmpfs on /work and /tmp and a fresh /proc, hides
-   the cgroup files, writes the run's files, puts the descriptors on 0-3 and closes
+2. enters fresh mount, PID, network, IPC and UTS namespaces as PID 1 of the new PID
+   namespace, mounts the run's file system, then forks the program and waits for it,
+   reaping orphans (so killing it kills the whole run). A trusted program the host
+   preloaded (``{"preload": key}`` with its marshalled code; a judge's harness, see
+   :mod:`execgym.sandbox._trusted`) runs as PID 1 itself, with no separate init;
+   the run's file system is a private tmpfs on /work and /tmp and a fresh /proc, with
+   the cgroup files hidden;
+3. in the program: writes the run's files, puts the descriptors on 0-3 and closes
    every other one (the control socket included), applies the rlimits, drops to uid
    65534 (or, in a user namespace, drops every capability), sets ``no_new_privs``,
-   loads the seccomp filter, reseeds ``random``, and only then runs the script.
+   loads the seccomp filter, reseeds ``random``, and only then runs the script (or the
+   preloaded code it names).
 
 The host may stage a run's init ahead of its job with ``{"stage": slot, "cgroup_procs":
 [...]}``: the child is cloned and joins its cgroups (step 1, which sleeps for milliseconds
@@ -29,7 +34,9 @@ a child ends, and kills a run's process on ``{"kill": id}``.
 import array
 import builtins
 import ctypes
+import gc
 import json
+import marshal
 import os
 import resource
 import select
@@ -54,6 +61,7 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+PROGRAMS = {}  # key -> (code, None) or (namespace, entry): trusted programs preloaded
 
 libc = ctypes.CDLL(None, use_errno=True)
 python_libc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL across the call: for clone
@@ -202,7 +210,9 @@ def become_program(header, fds, seccomp):
     """PID 2 of the run: take the run's descriptors, drop everything, run the script."""
     os.chdir("/work")
     stdin, stdout, stderr, report, files, script = fds
-    source = read_all(script).decode("utf-8")
+    code, entry = PROGRAMS.get(header.get("program"), (None, None))
+    if code is None:
+        code = compile(read_all(script).decode("utf-8"), "runner.py", "exec")
     for number, fd in enumerate((stdin, stdout, stderr)):
         os.dup2(fd, number)
     if report >= 0:
@@ -235,7 +245,10 @@ def become_program(header, fds, seccomp):
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
     namespace = {"__name__": "__main__", "__file__": "/work/runner.py", "__builtins__": builtins}
     try:
-        exec(compile(source, "runner.py", "exec"), namespace)
+        if entry is None:
+            exec(code, namespace)
+        else:
+            code[entry]()  # defined ahead, in the zygote
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -250,6 +263,32 @@ def become_program(header, fds, seccomp):
         except BaseException:
             pass
     os._exit(code)
+
+
+def preload(header, fd):
+    """Load a trusted program the host sent (see :mod:`execgym.sandbox._trusted`).
+
+    With an ``entry``, the code holds only definitions: they are executed here, once, in
+    a namespace of their own, and each run calls ``entry``. A program that fails to
+    load is left out: its runs then run the script they carry.
+    """
+    try:
+        code = marshal.loads(read_all(fd))
+        if header.get("entry") is None:
+            PROGRAMS[header["preload"]] = (code, None)
+        else:
+            namespace = {
+                "__name__": "__main__",
+                "__file__": "/work/runner.py",
+                "__builtins__": builtins,
+            }
+            exec(code, namespace)
+            PROGRAMS[header["preload"]] = (namespace, header["entry"])
+    except Exception as error:
+        os.write(2, f"execgym zygote: could not preload a program: {error!r}\n".encode())
+    finally:
+        os.close(fd)
+    gc.freeze()  # what it defined is never scanned by a run's collector either
 
 
 def join_cgroups(paths):
@@ -313,6 +352,15 @@ def init_process(header, fds, seccomp, network, attached=False):
         elif network is not None:
             check(libc.setns(network, CLONE_NEWNET), "setns")
         prepare_world(header)
+        if header.get("program") in PROGRAMS:
+            # execgym's own harness, loaded ahead: it is trusted code, so it runs as this
+            # PID 1 itself (it waits for the processes it starts; when it exits, the
+            # kernel kills the rest of the namespace), which saves a fork per run.
+            try:
+                become_program(header, fds, seccomp)
+            except BaseException as error:
+                os.write(2, f"execgym zygote: setup failed: {error!r}\n".encode())
+            os._exit(125)
         program = os.fork()
         if program == 0:
             try:
@@ -338,8 +386,6 @@ def init_process(header, fds, seccomp, network, attached=False):
 def serve():
     for name in PRELOADED:
         __import__(name)
-    import gc
-
     gc.freeze()
     control = socket.socket(fileno=int(sys.argv[-1]))
     control.setblocking(True)
@@ -352,7 +398,9 @@ def serve():
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    control.send(json.dumps({"ready": os.getpid()}).encode())
+    control.send(
+        json.dumps({"ready": os.getpid(), "cache_tag": sys.implementation.cache_tag}).encode()
+    )
     while True:
         readable, _, _ = select.select([control, wake_read], [], [])
         if wake_read in readable:
@@ -363,6 +411,9 @@ def serve():
             if not message:
                 return  # the host closed the pool
             header = json.loads(message)
+            if "preload" in header:
+                preload(header, fds[0])
+                continue
             if "seccomp" in header:
                 seccomp[header["network"]] = bytes.fromhex(header["seccomp"])
                 continue

@@ -47,6 +47,12 @@ from execgym.sandbox._results import interpret, sandbox_error
 from execgym.sandbox._run import BASE_ENV, enforcement_of
 from execgym.sandbox._seccomp import seccomp_program
 from execgym.sandbox._supervise import Supervisor
+from execgym.sandbox._trusted import (
+    TrustedProgram,
+    marshal_tag,
+    registered_programs,
+    trusted_program,
+)
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import (
     SANDBOX_UID,
@@ -129,6 +135,8 @@ class WarmPoolSandbox:
         self._lock = asyncio.Lock()
         self._staged: collections.deque[tuple[int, RunCgroup]] = collections.deque()
         self._stage_target = max(2, os.cpu_count() or 1)
+        self._preloaded: set[str] = set()  # trusted programs the running zygote holds
+        self._loads_marshal = False  # whether the zygote's interpreter loads our code
 
     async def __aenter__(self) -> WarmPoolSandbox:
         await self.start()
@@ -215,6 +223,10 @@ class WarmPoolSandbox:
         except (TimeoutError, SandboxSetupFailed) as error:
             errors = self._stop_zygote()
             raise SandboxSetupFailed(f"the warm pool's zygote did not start: {errors}") from error
+        self._preloaded = set()
+        self._loads_marshal = self._ready.result().get("cache_tag") == marshal_tag()
+        for trusted in registered_programs():  # before staging: staged inits inherit them
+            self._send_preload(trusted)
         for network in ("none", "loopback"):
             program = seccomp_program(network).hex()
             host_end.send(json.dumps({"seccomp": program, "network": network}).encode())
@@ -365,6 +377,34 @@ class WarmPoolSandbox:
             if cgroup is not None:
                 cgroup.remove_soon()
 
+    def _preload(self, source: bytes) -> str | None:
+        """The key of ``source``'s preloaded code in the zygote, if it is a trusted program.
+
+        The first run of a registered harness sends its code to the zygote; runs then
+        name it instead of having it parsed each time. The script still travels with
+        every run, for an init staged before the code arrived.
+        """
+        trusted = trusted_program(source)
+        if trusted is None or not self._send_preload(trusted):
+            return None
+        return trusted.key
+
+    def _send_preload(self, trusted: TrustedProgram) -> bool:
+        """Have the zygote hold ``trusted``'s code (once); whether it can."""
+        if not self._loads_marshal or self._control is None:
+            return False
+        if trusted.key not in self._preloaded:
+            code = memfd_with(trusted.code, "execgym-preload")
+            try:
+                self._control.sendmsg(
+                    [json.dumps({"preload": trusted.key, "entry": trusted.entry}).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [code]))],
+                )
+            finally:
+                os.close(code)
+            self._preloaded.add(trusted.key)
+        return True
+
     async def _run_forked(
         self,
         source: bytes,
@@ -391,6 +431,7 @@ class WarmPoolSandbox:
             memfd_with(source, "execgym-script"),
         ]
         run_id = next(_runs)
+        program = self._preload(source)
         header = {
             "run": run_id,
             "slots": [0, 1, 2, 3, 4, 5] if want_report else [0, 1, 2, 4, 5],
@@ -401,6 +442,7 @@ class WarmPoolSandbox:
             "env": {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})},
             "cgroup_procs": _procs_in_zygote(cgroup),
             "staged": slot,
+            "program": program,
         }
         exited: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[run_id] = exited
