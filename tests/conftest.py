@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -17,6 +18,17 @@ from execgym.sandbox._cgroup import CgroupHost, detect_cgroups, flush_removals
 from execgym.sandbox.gvisor import GVisorSandbox
 
 CI = bool(os.environ.get("CI"))
+
+
+def default_signals() -> None:
+    """``preexec_fn`` for a child that is sent SIGINT or SIGQUIT: undo an inherited ignore.
+
+    A shell without job control starts background commands (``cmd &``) with SIGINT and
+    SIGQUIT ignored, and an ignored signal stays ignored across ``exec``: execgym would
+    rightly keep ignoring it, and a test that interrupts it would hang.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def require(available: bool, what: str) -> None:

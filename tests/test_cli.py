@@ -16,7 +16,14 @@ from click.testing import CliRunner
 
 from execgym.cli import main
 from execgym.tasks import load_dataset
-from tests.conftest import ONE_TASK, processes_with, require, run_cgroups, write_jsonl
+from tests.conftest import (
+    ONE_TASK,
+    default_signals,
+    processes_with,
+    require,
+    run_cgroups,
+    write_jsonl,
+)
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -228,6 +235,7 @@ def test_interrupted_run_keeps_finished_results_and_leaves_nothing(
         ],
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 3):
@@ -359,6 +367,7 @@ def test_every_signal_stops_a_fast_batch(bwrap_sandbox, tmp_path: Path) -> None:
                 "2",
             ],
             stderr=subprocess.DEVNULL,
+            preexec_fn=default_signals,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (
@@ -496,6 +505,7 @@ def test_a_signal_while_loading_exits_quietly(tmp_path: Path, signum: int) -> No
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _has_open(proc.pid, str(rollouts)):

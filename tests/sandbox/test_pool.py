@@ -293,3 +293,16 @@ async def test_a_program_registered_after_the_pool_started_runs_before_and_after
     assert set(pids) <= {b"True", b"2"}
     assert pids[-1] == b"True"  # preloaded by then: PID 1
     assert len({r.stdout.split()[0] for r in outputs}) == 1
+
+
+async def test_runs_killed_before_their_staged_init_got_the_job_leave_the_pool_working(
+    pool,
+) -> None:
+    """A run whose clock runs out at once is killed, cgroup and staged init included,
+    possibly before the zygote hands that init its job: the run is a time limit and
+    the zygote carries on (it used to die of EPIPE, failing every later run)."""
+    for _ in range(50):
+        killed = await pool.run_python(b"print('late')", limits=Limits(wall_time_s=0.001))
+        assert killed.status in (Status.TIME_LIMIT, Status.OK), killed
+    after = await pool.run_python(b"print('alive')")
+    assert (after.status, after.stdout) == (Status.OK, b"alive\n"), after

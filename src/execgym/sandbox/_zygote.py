@@ -28,7 +28,8 @@ The zygote itself never reads a job's contents (they stay in the passed descript
 so no rollout can find another's program, tests or nonce in memory it inherits. The
 pool prepends :mod:`execgym.sandbox._proctree` (``tree_cpu_time_s``) to this source. It
 reports ``{"run": id, "status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
-a child ends, and kills a run's process on ``{"kill": id}``.
+a child ends (``{"run": id, "error": why}`` if it could not be forked), and kills a
+run's process on ``{"kill": id}``.
 """
 
 import array
@@ -435,13 +436,24 @@ def serve():
                     sock.sendmsg(
                         [message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", given))]
                     )
+                except OSError:
+                    pass  # it died first (its run killed at once, say): reaped as the run's end
                 finally:
                     sock.close()
             else:
                 if slot is not None:
                     slot[1].close()
                 flags = NAMESPACES if network is not None else NAMESPACES | CLONE_NEWNET
-                pid = clone_into_namespaces(flags)
+                try:
+                    pid = clone_into_namespaces(flags)
+                except OSError as error:  # this run fails, not the pool (EAGAIN, ENOMEM...)
+                    if network is not None:
+                        networks.give(network)
+                    for fd in fds:
+                        os.close(fd)
+                    failed = {"run": header["run"], "error": f"could not fork the run: {error}"}
+                    control.send(json.dumps(failed).encode())
+                    continue
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -456,7 +468,13 @@ def serve():
 def stage(header, control, seccomp, runs, staged):
     """Clone a run's init ahead of its job (see :func:`staged_init`)."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = clone_into_namespaces(NAMESPACES)
+    try:
+        pid = clone_into_namespaces(NAMESPACES)
+    except OSError as error:  # the run that would have used it gets a fresh clone instead
+        os.write(2, f"execgym zygote: could not stage a run: {error!r}\n".encode())
+        parent_end.close()
+        child_end.close()
+        return
     if pid == 0:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -485,6 +485,8 @@ class WarmPoolSandbox:
             )
             ended = time.monotonic()
             body = exited.result()
+            if "error" in body:
+                raise SandboxSetupFailed(body["error"])
             if cgroup is not None:
                 cgroup.kill()  # orphans and daemons die with the run
             await watcher.drain()
