@@ -112,6 +112,9 @@ def bwrap_sandbox() -> BubblewrapSandbox:
 async def prestarted_sandbox() -> AsyncIterator[BubblewrapSandbox]:
     """bwrap with one sandbox prestarted ahead of each run (``prestart=1``)."""
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    from execgym.sandbox._prestart import prestart_possible
+
+    require(prestart_possible(), "a cgroup that measures CPU time (prestarting needs one)")
     async with BubblewrapSandbox(prestart=1) as sandbox:
         yield sandbox
     assert run_cgroups(kind="ready") == [], "a prestarted sandbox's cgroup was left"

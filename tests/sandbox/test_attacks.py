@@ -5,7 +5,7 @@ sandbox, opening with a header of ``# key: value`` comment lines that declares w
 happen to it::
 
     # status: time_limit                  a Status value (required unless `raises`)
-    # limit_hit: wall_time_s              the RunResult.limit_hit; absent means None
+    # limit_hit: wall_time_s              the RunResult.limit_hit; absent (or none) means None
     # exit_code: 7                        optional
     # limits: {"wall_time_s": 1}          JSON overrides of BASE_LIMITS; sizes may be "128MiB"
     # attack: fork bomb that ...          one line, for humans (required)
@@ -23,8 +23,12 @@ happen to it::
     #   more text                         a line starting with "#   " continues the last
 
 Any key can be given for one backend only as ``key[gvisor]: value``; for that backend it
-replaces every plain line of that key. A header that does not parse, names a limit out
-of the small range, or refers to a missing test fails collection.
+replaces every plain line of that key. Two more tags describe the host rather than the
+backend, and win over both: ``key[rlimits]`` where no cgroup is usable (limits are
+rlimits only, e.g. an ordinary user on a cgroup-v1 host) and ``key[userns]`` for bwrap
+run by an ordinary user (the sandbox has its own user namespace). A header that does
+not parse, names a limit out of the small range, or refers to a missing test fails
+collection.
 
 One parametrized test runs every program on every backend in :data:`BACKENDS` with a
 unique marker as ``argv[1]`` (so its processes can be found by command line) and checks:
@@ -76,7 +80,7 @@ import pytest
 import execgym.errors
 from execgym.limits import Limits, MiB, parse_size
 from execgym.sandbox import RunResult, Status
-from execgym.sandbox._cgroup import RunCgroup
+from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
 from execgym.sandbox.bwrap import SANDBOX_UID
 from tests.conftest import descendants, processes_with, run_cgroups
 
@@ -84,6 +88,20 @@ BACKENDS = ["bwrap", "prestarted", "gvisor"]
 """Real backends the corpus runs on: a new one is one more name here, given a
 ``<name>_sandbox`` fixture in tests/conftest.py (which skips, or fails in CI, where the
 backend cannot run) and, where it differs, ``key[<name>]`` lines in the headers."""
+
+HOST_TAGS = ("rlimits", "userns")
+"""Header tags for the host a backend runs on (see the module's docstring)."""
+
+
+def host_tags(backend: str) -> tuple[str, ...]:
+    """The :data:`HOST_TAGS` that hold for ``backend`` on this host, strongest first."""
+    tags = []
+    if detect_cgroups().version is None:
+        tags.append("rlimits")
+    if backend in ("bwrap", "prestarted") and os.geteuid() != 0:
+        tags.append("userns")
+    return tuple(tags)
+
 
 HOSTILE_DIR = Path(__file__).with_name("hostile")
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -159,11 +177,15 @@ class Hostile:
     def name(self) -> str:
         return self.path.stem
 
-    def expect(self, backend: str) -> Expectation:
-        """The expectation on ``backend`` (``key[backend]`` lines override plain ones)."""
+    def expect(self, backend: str, host: tuple[str, ...] = ()) -> Expectation:
+        """The expectation on ``backend`` (``key[backend]`` lines override plain ones,
+        and ``key[tag]`` lines for the ``host`` tags, in order, override both)."""
 
         def values(key: str) -> list[str]:
-            return self.header.get((key, backend)) or self.header.get((key, None)) or []
+            for tag in (*host, backend, None):
+                if found := self.header.get((key, tag)):
+                    return found
+            return []
 
         def one(key: str) -> str | None:
             found = values(key)
@@ -187,7 +209,7 @@ class Hostile:
             limits=BASE_LIMITS.merged(**overrides),
             status=Status(status) if status else None,
             raises=getattr(execgym.errors, raises) if raises else None,
-            limit_hit=one("limit_hit"),
+            limit_hit=None if one("limit_hit") in (None, "none") else one("limit_hit"),
             exit_code=int(exit_code) if exit_code is not None else None,
             stdout_has=literals("stdout_has"),
             stderr_has=literals("stderr_has"),
@@ -227,10 +249,10 @@ def _check_header(hostile: Hostile) -> None:
         if not target.is_file() or f"def {test_name}(" not in target.read_text():
             raise ValueError(f"{hostile.path.name}: see: {reference} does not exist")
     backends = {backend for _, backend in hostile.header if backend}
-    if unknown := backends - set(BACKENDS):
+    if unknown := backends - set(BACKENDS) - set(HOST_TAGS):
         raise ValueError(f"{hostile.path.name}: unknown backend(s) {sorted(unknown)}")
-    for backend in ["", *BACKENDS]:
-        expect = hostile.expect(backend)
+    for backend, host in [("", ()), *((b, ()) for b in BACKENDS), ("bwrap", HOST_TAGS)]:
+        expect = hostile.expect(backend, host)
         limits = expect.limits
         problems = [
             "no attack line" if not expect.attack else "",
@@ -561,7 +583,7 @@ async def test_hostile_program_is_contained(
 ) -> None:
     """The program ends as its header says, shows no escape, and leaves the host as it was."""
     name, sandbox = backend
-    expect = hostile.expect(name)
+    expect = hostile.expect(name, host_tags(name))
     if expect.xfail:  # only the declared kind of failure; a leak on the host still fails
         request.applymarker(
             pytest.mark.xfail(strict=True, reason=expect.xfail, raises=DeclaredHole)

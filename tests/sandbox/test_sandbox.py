@@ -328,6 +328,44 @@ async def test_a_run_stalled_at_its_memory_limit_is_a_memory_verdict() -> None:
     assert slow.status is Status.TIME_LIMIT
 
 
+@pytest.mark.parametrize(
+    ("wait_status", "stderr", "memory", "status"),
+    [
+        (1 << 8, b"Traceback ...\nMemoryError\n", "rlimit-as (per process)", Status.MEMORY_LIMIT),
+        (1 << 8, b"OSError: [Errno 12] Cannot allocate memory\n", "rlimit-as", Status.MEMORY_LIMIT),
+        (6, b"terminate called after throwing an instance of 'std::bad_alloc'\n", "rlimit-as",
+         Status.MEMORY_LIMIT),
+        (1 << 8, b"Traceback ...\nMemoryError\n", "cgroup-v2", Status.RUNTIME_ERROR),
+        (1 << 8, b"Traceback ...\nValueError: bad\n", "rlimit-as", Status.RUNTIME_ERROR),
+        (0, b"MemoryError\n", "rlimit-as", Status.OK),
+    ],
+)  # fmt: skip
+def test_an_allocation_failure_under_rlimit_as_is_a_memory_verdict(
+    wait_status, stderr, memory, status
+) -> None:
+    # Without a cgroup nothing sees the limit reached: the program's own allocation
+    # error is the evidence (and only where RLIMIT_AS is what limits memory).
+    from execgym.sandbox._process import ProcessOutcome
+    from execgym.sandbox._results import interpret
+
+    outcome = ProcessOutcome(
+        wait_status=wait_status,
+        stdout=b"",
+        stderr=stderr,
+        stdout_truncated=False,
+        stderr_truncated=False,
+        report=b"",
+        wall_time_s=0.1,
+        cpu_time_s=0.1,
+        peak_memory_bytes=None,
+        killed_for=None,
+        oom_killed=False,
+    )
+    result = interpret(outcome, isolation="bwrap", enforcement={"memory_bytes": memory})
+    assert result.status is status, result
+    assert result.limit_hit == ("memory_bytes" if status is Status.MEMORY_LIMIT else None)
+
+
 def test_none_backend_refuses_root_unless_allowed(monkeypatch) -> None:
     from execgym.sandbox import UnisolatedSandbox
 

@@ -54,6 +54,10 @@ class ProcessSpec:
         max_output_bytes: Cap for each of stdout and stderr; passing it kills the run.
         hold_fds: For a bwrap launcher whose argv has ``--info-fd A --block-fd B``,
             ``(A, B)``: it is held by bwrap itself (see :func:`spawn_held`).
+        held_rlimits: With ``hold_fds``, rlimits that replace those of ``rlimits`` for
+            bwrap's sandbox process only, set once it is inside its namespaces. For a
+            sandbox in its own user namespace, ``RLIMIT_NPROC`` there counts only the
+            processes of that namespace, so it can be the run's own budget.
     """
 
     argv: Sequence[str]
@@ -69,6 +73,7 @@ class ProcessSpec:
     want_report: bool = False
     report_path: str | None = None
     hold_fds: tuple[int, int] | None = None
+    held_rlimits: Sequence[tuple[int, int, int]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +262,9 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> int:
         for member in members:
             for kind, soft, hard in spec.rlimits:
                 resource.prlimit(member, kind, (soft, hard))
+        if spec.hold_fds:
+            for kind, soft, hard in spec.held_rlimits:
+                resource.prlimit(members[-1], kind, (soft, hard))
         os.write(hold_write, b"\n")
     except BaseException:
         with contextlib.suppress(ProcessLookupError):

@@ -38,6 +38,37 @@ def _stalled_at_memory_limit(
     )
 
 
+_ALLOCATION_FAILED = (
+    b"MemoryError",  # Python
+    b"Cannot allocate memory",  # ENOMEM from mmap/brk/fork, any language
+    b"std::bad_alloc",  # C++
+    b"java.lang.OutOfMemoryError",  # Java
+    b"heap out of memory",  # Node.js
+    b"memory allocation of",  # Rust: "memory allocation of N bytes failed"
+    b"runtime: out of memory",  # Go
+)
+"""What a program prints when an allocation fails under ``RLIMIT_AS`` (its last 4 KiB of
+stderr are searched)."""
+
+
+def _allocation_failed(
+    outcome: ProcessOutcome,
+    enforcement: Mapping[str, str],
+    exit_code: int | None,
+    signal: int | None,
+) -> bool:
+    """Whether a failed run's error says an allocation failed under ``RLIMIT_AS``.
+
+    With no cgroup to see the limit reached, the error output is the evidence.
+    """
+    if not enforcement.get("memory_bytes", "").startswith("rlimit"):
+        return False
+    if exit_code in (None, 0) and signal != signals.SIGABRT:
+        return False
+    tail = outcome.stderr[-4096:]
+    return any(signature in tail for signature in _ALLOCATION_FAILED)
+
+
 def interpret(
     outcome: ProcessOutcome,
     *,
@@ -47,6 +78,11 @@ def interpret(
     memory_bytes: int | None = None,
 ) -> RunResult:
     """Decide how a run ended: our kills first, then the OOM killer, then the exit.
+
+    Where only ``RLIMIT_AS`` limits memory (no writable cgroup), a run that fails with
+    an allocation error on stderr (:data:`_ALLOCATION_FAILED`) is ``MEMORY_LIMIT``: the
+    kernel refused the memory, the program did not crash on its own. Printing such a
+    line only turns a program's own failure into another failure.
 
     Args:
         outcome: What the process tree did.
@@ -71,6 +107,12 @@ def interpret(
     elif outcome.oom_killed:
         status, limit_hit, exit_code = Status.MEMORY_LIMIT, "memory_bytes", None
         message = "killed by the kernel: memory_bytes exceeded"
+    elif _allocation_failed(outcome, enforcement, exit_code, signal):
+        status, limit_hit = Status.MEMORY_LIMIT, "memory_bytes"
+        message = (
+            "an allocation failed at the address-space rlimit: memory_bytes exceeded "
+            "(inferred from the error output; no cgroup measures memory here)"
+        )
     elif signal == signals.SIGXCPU:
         status, limit_hit, message = Status.TIME_LIMIT, "cpu_time_s", "killed: cpu rlimit"
     elif signal == signals.SIGXFSZ:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from resource import RLIMIT_NPROC
 
 from execgym.limits import Limits
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
@@ -86,6 +87,7 @@ async def run_contained(
     report_path: str | None = None,
     apply_rlimits: bool = True,
     hold_fds: tuple[int, int] | None = None,
+    own_user_namespace: bool = False,
 ) -> RunResult:
     """Run ``argv`` in a fresh cgroup (when the host has one) and reclaim everything.
 
@@ -108,6 +110,10 @@ async def run_contained(
             are enforced; any it does not name is reported ``"not enforced"``.
         hold_fds: bwrap's ``--info-fd`` and ``--block-fd`` numbers in ``argv``, if it
             holds its own sandbox until the cgroup is set (see ``ProcessSpec``).
+        own_user_namespace: The held sandbox has a user namespace of its own (bwrap
+            as an ordinary user). Where no pids cgroup exists, ``RLIMIT_NPROC`` is then
+            set inside it to ``max_processes`` plus one for bwrap's init: it counts only
+            that namespace's processes there, not the user's others.
 
     Returns:
         The :class:`RunResult`; a failure to set the run up is a ``SANDBOX_ERROR``
@@ -121,6 +127,11 @@ async def run_contained(
         rlimits, how = enforcement_of(
             limits, cgroup, apply_rlimits=apply_rlimits, backend=enforcement
         )
+        held: list[tuple[int, int, int]] = []
+        if hold_fds and own_user_namespace and any(r[0] == RLIMIT_NPROC for r in rlimits):
+            inside = limits.max_processes + 1  # bwrap's init is pid 1 of the namespace
+            held = [(RLIMIT_NPROC, inside, inside)]
+            how["max_processes"] = "rlimit-nproc (counts the run's own user namespace only)"
         spec = ProcessSpec(
             argv=argv,
             env=env,
@@ -135,6 +146,7 @@ async def run_contained(
             cpu_time_s=limits.cpu_time_s,
             max_output_bytes=limits.max_output_bytes,
             hold_fds=hold_fds,
+            held_rlimits=held,
         )
         outcome = await run_process(spec)
     except OSError as error:

@@ -342,6 +342,7 @@ class BubblewrapSandbox(PythonAsFile):
             return await run_contained(
                 self._argv(argv, limits, file_args, hold=True),
                 hold_fds=(_INFO_FD, _BLOCK_FD),
+                own_user_namespace=not self._as_root,
                 isolation=self.name,
                 env=full_env,
                 stdin=stdin,

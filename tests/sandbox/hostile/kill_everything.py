@@ -8,6 +8,11 @@
 # stdout_has: b"kill 1: EPERM\n"
 # status[gvisor]: signaled
 # stdout_has[gvisor]: b"still alive\n"
+# stdout_has[userns]: b"kill -1: "
+# stdout_has[userns]: b"still alive\n"
+# stdout_has[userns]: b"kill 1: sent\n"
+# note[userns]: bwrap's init has the run's uid in its own user namespace, so kill() is
+#   allowed, and Linux drops a SIGKILL sent to a PID namespace's init from inside it
 # note[gvisor]: the program is pid 1 there, and gVisor (unlike Linux) lets init SIGKILL itself
 import errno
 import os
