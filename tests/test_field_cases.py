@@ -697,7 +697,10 @@ print(json.dumps({{
     assert "home" not in seen["root"]
     if "etc" in seen["root"]:  # only toolchain configuration, never passwd or shadow
         assert set(seen["etc"]) <= toolchains.get("etc", set()), seen["etc"]
-    host_root = {p.name for p in Path("/root").iterdir()}
+    try:
+        host_root = {p.name for p in Path("/root").iterdir()}
+    except PermissionError:  # an ordinary user cannot list it; the sandbox user neither
+        host_root = set()
     on_path = {Path(p).parts[2] for p in interpreter_paths() if Path(p).parts[1] == "root"}
     on_path |= toolchains.get("root", set())
     if isinstance(seen["root_home"], list):  # only the way to the interpreter, if anything

@@ -276,7 +276,7 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, writable=True),
+    type=click.Path(dir_okay=False),  # checked by _check_output, same for every user
     default="results.jsonl",
     show_default=True,
     help="Results JSONL, one line per rollout, written as they finish.",
@@ -409,9 +409,6 @@ def score(
       execgym score tasks.jsonl rollouts.jsonl --broker redis://localhost:6379/0
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     k_values = _parse_ks(ks)
-    _check_output(output, tasks_path, rollouts_path)
-    if store_url is not None:
-        check_store(store_url, batch_id)
     try:
         limits = Limits(
             wall_time_s=wall_time_s,
@@ -429,6 +426,10 @@ def score(
             broker = open_broker(broker_url)
     except Error as error:
         raise click.ClickException(str(error)) from error
+    # After the usage errors (they say more), before any rollout is scored.
+    _check_output(output, tasks_path, rollouts_path)
+    if store_url is not None:
+        check_store(store_url, batch_id)
     if broker_url not in EMBEDDED:
         _warn_unknown_tasks(tasks, skipped, items)
         started = time.monotonic()

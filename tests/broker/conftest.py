@@ -79,7 +79,8 @@ def spawn_fake_worker(
         "--visibility", str(visibility_s),
         "--max-attempts", str(max_attempts),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -138,9 +138,19 @@ def test_every_data_set_has_its_known_failures_listed() -> None:
     assert set(KNOWN_BAD) == set(DATASETS)
 
 
+def require_toolchain(loaded) -> None:
+    """Skip (fail in CI) where this user has no toolchain for the data set's language."""
+    from execgym.toolchains import find_toolchain, missing_hint
+
+    languages = {task.language for task in loaded.tasks.values()} - {"python"}
+    for language in sorted(languages):
+        require(find_toolchain(language) is not None, f"{language} ({missing_hint(language)})")
+
+
 @pytest.mark.parametrize("name", list(DATASETS))
 def test_first_references_pass(name: str) -> None:
     loaded = load_builtin(name)
+    require_toolchain(loaded)
     assert len(loaded.tasks) + len(loaded.skipped) == DATASETS[name].tasks
     good = [t for t in loaded.tasks if t not in KNOWN_BAD[name]][:2]
     verdicts = asyncio.run(_score(name, {t: loaded.tasks[t] for t in good}))
@@ -160,6 +170,7 @@ BIGCODEBENCH_SLOW = {"BigCodeBench/227", "BigCodeBench/461"}
 @pytest.mark.parametrize("name", [n for n in DATASETS if n not in BIGCODEBENCH])
 def test_all_references(name: str) -> None:
     loaded = load_builtin(name)
+    require_toolchain(loaded)
     assert set(loaded.skipped) == SKIPPED.get(name, set())
     verdicts = asyncio.run(_score(name, loaded.tasks))
     failing = {t: v.value for t, v in verdicts.items() if v is not Verdict.PASSED}

@@ -120,7 +120,11 @@ async def test_compile_limits_are_their_own(bwrap_sandbox, tmp_path) -> None:
     source = '#include "/dev/zero"\nint main(void) { return 0; }\n'
     judgement = await StdioJudge(Builder(tmp_path)).judge(task, source, bwrap_sandbox, LIMITS)
     assert judgement.verdict is Verdict.COMPILE_ERROR
-    assert "the compiler ran out of" in judgement.message
+    # A cgroup stops the compiler ("the compiler ran out of memory/time"); where only
+    # RLIMIT_AS limits memory (an ordinary user's v1 host), its allocation fails and
+    # cc1 says so itself ("cc1: out of memory allocating ...").
+    message = judgement.message
+    assert "the compiler ran out of" in message or "out of memory" in message, message
 
 
 ASSERT_TESTS = {
@@ -205,3 +209,50 @@ async def test_console_assert_fails_a_javascript_assert_task(bwrap_sandbox, buil
     failed = await judge.judge(task, "  return 0;\n};\n", bwrap_sandbox, LIMITS)
     assert failed.verdict is Verdict.FAILED
     assert "Assertion failed" in failed.message
+
+
+async def test_a_cached_failure_of_the_probe_does_not_make_a_language_unavailable(
+    bwrap_sandbox, tmp_path
+) -> None:
+    """A compile that failed where it ran before (an older execgym, other limits: the
+    JVM under RLIMIT_AS, say) is cached like any compile error; the toolchain probe
+    compiles its known-good program again instead of believing that failure."""
+    from execgym.judges.compile import COMPILE_LIMITS
+    from execgym.judges.languages import KNOWN_GOOD, SPECS
+
+    needs("c")
+    spec, toolchain = SPECS["c"], find_toolchain("c")
+    first = Builder(tmp_path)
+    failed = await first.build("c", "int main(void) { return }\n", bwrap_sandbox)
+    assert failed.verdict is Verdict.COMPILE_ERROR, failed
+    argv = spec.compile(toolchain, spec.source_name(KNOWN_GOOD["c"]))
+    good = Builder.cache_key(
+        spec, toolchain, argv, KNOWN_GOOD["c"].encode(), bwrap_sandbox, COMPILE_LIMITS
+    )
+    poisoned = tmp_path / good[:2] / good
+    assert poisoned.is_file()  # the probe's own compile, cached
+    errors = [path for path in tmp_path.rglob("*") if path.is_file() and path != poisoned]
+    assert len(errors) == 1, errors  # the compile error, cached too
+    poisoned.write_bytes(errors[0].read_bytes())
+    assert (await Builder(tmp_path)._build("c", toolchain, KNOWN_GOOD["c"], bwrap_sandbox)).verdict
+    # ... a failure now, for anything that trusts the cache; not for the probe:
+    second = Builder(tmp_path)
+    program = await second.build("c", KNOWN_GOOD["c"], bwrap_sandbox)
+    assert not hasattr(program, "verdict"), program  # a Program: the probe recompiled
+    judgement = await stdio(bwrap_sandbox, second, "c", KNOWN_GOOD["c"])
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+async def test_the_compile_cache_is_keyed_by_where_the_compile_ran(bwrap_sandbox) -> None:
+    from execgym.judges.languages import SPECS
+
+    needs("c")
+    spec, toolchain = SPECS["c"], find_toolchain("c")
+    key = Builder.cache_key
+    base = key(spec, toolchain, ["cc", "x.c"], b"int main;", bwrap_sandbox, LIMITS)
+    other_limits = key(
+        spec, toolchain, ["cc", "x.c"], b"int main;", bwrap_sandbox, LIMITS.merged(wall_time_s=9)
+    )
+    none = type("Named", (), {"name": "none"})()
+    other_backend = key(spec, toolchain, ["cc", "x.c"], b"int main;", none, LIMITS)
+    assert len({base, other_limits, other_backend}) == 3

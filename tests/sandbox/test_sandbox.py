@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -505,3 +506,77 @@ async def test_without_cgroups_cpu_limits_are_timeouts_and_cpu_time_is_counted(
             # so it cannot run on past the figure).
             tick = 1 / os.sysconf("SC_CLK_TCK")
             assert walled.cpu_time_s >= seen - 2 * tick - 0.001, walled
+
+
+@pytest.fixture
+def no_cgroups(monkeypatch):
+    """This host as an ordinary user's without a writable cgroup: limits are rlimits."""
+    from execgym.sandbox._cgroup import CgroupHost
+
+    none = CgroupHost(None, reason="hidden by the test")
+    for module in ("_cgroup", "_run"):
+        monkeypatch.setattr(f"execgym.sandbox.{module}.detect_cgroups", lambda: none)
+
+
+TREE_HOG = (
+    "import os, time\n"
+    "for _ in range(6):\n"
+    "    if os.fork() == 0:\n"
+    "        block = bytearray(60 * 1024 * 1024)\n"  # touched: resident, not only reserved
+    "        time.sleep(30)\n"
+    "time.sleep(30)\n"
+)
+
+
+@pytest.mark.parametrize("name", ["bwrap", "none"])
+async def test_without_a_cgroup_the_trees_resident_memory_is_sampled_and_enforced(
+    name, no_cgroups, request
+) -> None:
+    # Six processes of 60 MiB each stay under a 256 MiB RLIMIT_AS one by one; together
+    # they hold 360 MiB, and the sampled total of the tree is what stops them.
+    sandbox = request.getfixturevalue(f"{name}_sandbox")
+    limits = Limits(memory_bytes=256 * MiB, wall_time_s=10, max_processes=16)
+    result = await sandbox.run(python(TREE_HOG), limits=limits)
+    assert (result.status, result.limit_hit) == (Status.MEMORY_LIMIT, "memory_bytes"), result
+    assert result.wall_time_s < 8, result
+    assert result.peak_memory_bytes > 256 * MiB, result
+    how = result.enforcement["memory_bytes"]
+    assert how.startswith("rlimit-as"), how
+    assert "resident memory sampled from /proc" in how, how
+
+
+async def test_without_a_cgroup_a_jvm_or_v8_runs_without_an_address_space_limit(
+    bwrap_sandbox, no_cgroups
+) -> None:
+    # RLIMIT_AS at memory_bytes stops node (and java) at start-up: they reserve
+    # gigabytes of address space they never use. Their memory is the sampled RSS.
+    node = shutil.which("node") or shutil.which("nodejs")
+    require(node is not None, "Node.js (apt-get install nodejs)")
+    argv = [os.path.realpath(node), "-e", "console.log(Array(1000).fill(7).length)"]
+    result = await bwrap_sandbox.run(argv, limits=Limits(memory_bytes=256 * MiB))
+    assert (result.status, result.stdout) == (Status.OK, b"1000\n"), result
+    how = result.enforcement["memory_bytes"]
+    assert how.startswith("whole tree's resident memory sampled"), how
+    assert "no RLIMIT_AS" in how, how
+
+
+@pytest.mark.parametrize(
+    ("argv", "reserves"),
+    [
+        (["bwrap", "--ro-bind", "/usr", "/usr", "--", "/usr/bin/node", "x.js"], True),
+        (["bwrap", "--", "setpriv", "--reuid", "1", "--", "/usr/lib/jvm/bin/java", "Main"], True),
+        (["java", "-cp", ".", "Main"], True),
+        (["bwrap", "--", "/usr/bin/python3", "execgym_compile.py", "/usr/bin/javac"], True),
+        (["bwrap", "--", "/usr/bin/python3", "main.py"], False),
+        (["bwrap", "--ro-bind", "/opt/node", "/opt/node", "--", "python3", "x"], False),
+        (["bwrap", "--", "sh", "-c", "java Main"], False),
+        ([], False),
+    ],
+)
+def test_runtimes_that_reserve_address_space_are_found_by_their_program(argv, reserves) -> None:
+    from execgym.sandbox._rlimits import reserves_address_space
+
+    assert reserves_address_space(argv) is reserves
+    # A program not known by name (a Go binary) is flagged by its caller in the env.
+    assert reserves_address_space(argv, {"EXECGYM_ADDRESS_SPACE": "reserved"}) is True
+    assert reserves_address_space(argv, {"EXECGYM_ADDRESS_SPACE": "no"}) is reserves

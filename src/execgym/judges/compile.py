@@ -4,9 +4,12 @@ Compilers run inside the sandbox too (a compiler given hostile source is attack
 surface), with their own limits (:data:`COMPILE_LIMITS`, overridden per task by
 ``Task.compile_limits``). What they produce comes back through the report channel and
 is kept in a cache directory on the host, keyed by the SHA-256 of the language, the
-exact toolchain (path, size, mtime), the compile command and the source; a task's
+exact toolchain (path, size, mtime), the compile command and the source, and of where
+it ran (the sandbox backend, the compile limits and whether a cgroup or only rlimits
+enforce them: a compiler that fails under one regime may work under another); a task's
 repeated rollouts of the same source never recompile it. Compile errors are cached as
-well; timeouts are not (they depend on the load).
+well; timeouts are not (they depend on the load). The toolchain probe never trusts a
+cached failure of its known-good program: it compiles it again.
 
 Outcomes: a :class:`Program`, or a :class:`Judgement` of ``compile_error`` (with the
 compiler's message), ``language_unavailable`` (no toolchain here: masked) or
@@ -33,6 +36,7 @@ from execgym.judges.base import (
 )
 from execgym.judges.languages import KNOWN_GOOD, SPECS, LanguageSpec, Program
 from execgym.limits import GiB, Limits, MiB
+from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox._python import python_command
 from execgym.sandbox.base import Sandbox, Status
 from execgym.toolchains import Toolchain, find_toolchain, missing_hint
@@ -60,6 +64,19 @@ def compile_limits_for(run_limits: Limits) -> Limits:
         wall_time_s=max(COMPILE_LIMITS.wall_time_s, run_limits.wall_time_s),
         cpu_time_s=max(COMPILE_LIMITS.cpu_time_s, run_limits.cpu_time_s),
     )
+
+
+CACHE_VERSION = 2
+"""Part of every cache key: raised when what a key covers changes (2: where it ran)."""
+
+
+def _failed(payload: bytes) -> bool:
+    """Whether a cached compile output records a failed compile (or cannot be read)."""
+    try:
+        header, _ = parse_outputs(payload)
+    except ValueError:
+        return True
+    return header.get("exit_code") != 0
 
 
 def default_cache_dir() -> Path:
@@ -148,7 +165,9 @@ class Builder:
             if language in self._probed:
                 return self._probed[language]
             counts = (self.compiles, self.cache_hits)
-            built = await self._build(language, toolchain, KNOWN_GOOD[language], sandbox)
+            built = await self._build(
+                language, toolchain, KNOWN_GOOD[language], sandbox, trust_cached_errors=False
+            )
             self.compiles, self.cache_hits = counts  # probes are not rollouts' builds
             if isinstance(built, Judgement):
                 if built.verdict is not Verdict.COMPILE_ERROR or "ran out of" in built.message:
@@ -172,6 +191,8 @@ class Builder:
         source: str,
         sandbox: Sandbox,
         limits: Limits = COMPILE_LIMITS,
+        *,
+        trust_cached_errors: bool = True,
     ) -> Program | Judgement:
         spec = SPECS[language]
         name = spec.source_name(source)
@@ -181,12 +202,12 @@ class Builder:
             argv = tuple(spec.run(toolchain, name, source))
             return Program(language, argv, {name: code}, spec.env, python)
         argv = spec.compile(toolchain, name)
-        key = hashlib.sha256(
-            json.dumps([language, toolchain.fingerprint, argv, spec.outputs]).encode() + code
-        ).hexdigest()
+        key = self.cache_key(spec, toolchain, argv, code, sandbox, limits)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:  # rollouts of one source wait for a single compile
             payload = self._cached(key)
+            if payload is not None and not trust_cached_errors and _failed(payload):
+                payload = None
             if payload is None:
                 payload = await self._compile(spec, argv, name, code, sandbox, limits)
                 if isinstance(payload, Judgement):
@@ -195,6 +216,20 @@ class Builder:
             else:
                 self.cache_hits += 1
         return self._program(spec, toolchain, name, source, payload)
+
+    @staticmethod
+    def cache_key(
+        spec: LanguageSpec,
+        toolchain: Toolchain,
+        argv: list[str],
+        code: bytes,
+        sandbox: Sandbox,
+        limits: Limits,
+    ) -> str:
+        """The cache key (hex SHA-256) of compiling ``code`` with ``argv``: see the module."""
+        where = [sandbox.name, repr(limits), detect_cgroups().version]
+        what = [CACHE_VERSION, spec.name, toolchain.fingerprint, argv, spec.outputs, where]
+        return hashlib.sha256(json.dumps(what).encode() + code).hexdigest()
 
     def _program(
         self, spec: LanguageSpec, toolchain: Toolchain, name: str, source: str, payload: bytes
@@ -222,7 +257,9 @@ class Builder:
         self.compiles += 1
         job = json.dumps({"argv": argv, "outputs": list(spec.outputs)}).encode()
         run = await sandbox.run(
-            python_command("execgym_compile.py"),
+            # The compiler's path as an argument (the driver reads its job from stdin):
+            # the sandbox sees a JVM or V8 compiler and spares it RLIMIT_AS.
+            [*python_command("execgym_compile.py"), argv[0]],
             stdin=job,
             files={name: code, "execgym_compile.py": self._driver},
             limits=limits,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._python import python_command
+from execgym.sandbox._rlimits import RESERVES_ADDRESS_SPACE_ENV
 from execgym.sandbox.base import RunResult, Sandbox
 from execgym.toolchains import Toolchain
 
@@ -169,6 +170,9 @@ SPECS: dict[str, LanguageSpec] = {
             "GOPATH": "/tmp/go",
             "GO111MODULE": "off",
             "GOTOOLCHAIN": "local",
+            # Go's runtime reserves address space up front (its page summaries): where
+            # no cgroup limits memory, the sandbox spares it RLIMIT_AS and samples RSS.
+            RESERVES_ADDRESS_SPACE_ENV[0]: RESERVES_ADDRESS_SPACE_ENV[1],
         },
     ),
 }

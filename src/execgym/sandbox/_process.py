@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from execgym.sandbox._cgroup import RunCgroup
-from execgym.sandbox._proctree import tree_cpu_time_s
+from execgym.sandbox._proctree import tree_cpu_time_s, tree_rss_bytes
 from execgym.sandbox._supervise import Supervisor
 
 REPORT_FD = 3
@@ -54,6 +54,9 @@ class ProcessSpec:
         max_output_bytes: Cap for each of stdout and stderr; passing it kills the run.
         hold_fds: For a bwrap launcher whose argv has ``--info-fd A --block-fd B``,
             ``(A, B)``: it is held by bwrap itself (see :func:`spawn_held`).
+        memory_bytes: Where set, the tree's resident memory is sampled from ``/proc``
+            with the CPU clock and the run killed above it (hosts where no cgroup
+            limits memory).
         held_rlimits: With ``hold_fds``, rlimits that replace those of ``rlimits`` for
             bwrap's sandbox process only, set once it is inside its namespaces. For a
             sandbox in its own user namespace, ``RLIMIT_NPROC`` there counts only the
@@ -74,6 +77,7 @@ class ProcessSpec:
     report_path: str | None = None
     hold_fds: tuple[int, int] | None = None
     held_rlimits: Sequence[tuple[int, int, int]] = ()
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,6 +434,8 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
             cpu_time_s=spec.cpu_time_s,
             cgroup=spec.cgroup,
             sample_cpu=None if measured else (lambda: tree_cpu_time_s(pid)),
+            sample_memory=None if spec.memory_bytes is None else (lambda: tree_rss_bytes(pid)),
+            memory_bytes=spec.memory_bytes,
         )
         _, wait_status, usage = os.wait4(pid, 0)
         reaped = True
@@ -450,7 +456,7 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         wall_time_s=ended - started,
         cgroup=spec.cgroup,
         rusage_cpu_s=max(usage.ru_utime + usage.ru_stime, sampled_cpu_s[0], watcher.sampled_cpu_s),
-        rusage_peak_bytes=usage.ru_maxrss * 1024,
+        rusage_peak_bytes=max(usage.ru_maxrss * 1024, watcher.sampled_peak_bytes),
     )
 
 

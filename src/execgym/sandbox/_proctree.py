@@ -1,4 +1,4 @@
-"""CPU time of a process tree from ``/proc``; standard library only.
+"""CPU time and resident memory of a process tree from ``/proc``; standard library only.
 
 Imported by the host, and prepended to the warm pool's zygote source (which runs
 inside its sandbox with the standard library only), so both count the same way.
@@ -77,3 +77,21 @@ def tree_cpu_time_s(root: int, *, stop: bool = False) -> float:
             time.sleep(0.0005)
             running = [pid for pid in running if _state(pid) in (b"R", b"S")]
     return sum(_cpu_ticks(pid) for pid in pids) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory (bytes) of ``root`` and every descendant, read from ``/proc``.
+
+    The sum of each live process's RSS (``/proc/<pid>/statm``, second field, in pages):
+    pages shared between processes of the tree count once per process, so the figure
+    is at least what the tree holds. A process that cannot be read counts as 0.
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in _tree_pids(root):
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as handle:
+                total += int(handle.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return total

@@ -13,6 +13,7 @@ _KILL_STATUS = {
     "wall_time_s": Status.TIME_LIMIT,
     "cpu_time_s": Status.TIME_LIMIT,
     "max_output_bytes": Status.OUTPUT_LIMIT,
+    "memory_bytes": Status.MEMORY_LIMIT,  # resident memory sampled from /proc, no cgroup
 }
 
 

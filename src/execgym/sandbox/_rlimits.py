@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import os
 import resource
+from collections.abc import Mapping, Sequence
 
 from execgym.limits import Limits
 
 
 def rlimits_for(
-    limits: Limits, *, cgroup_enforced: dict[str, str]
+    limits: Limits, *, cgroup_enforced: dict[str, str], reserves_address_space: bool = False
 ) -> tuple[list[tuple[int, int, int]], dict[str, str]]:
     """Translate ``limits`` into rlimits and say which limits they enforce.
 
@@ -25,6 +26,11 @@ def rlimits_for(
     ``SIGXCPU`` at the soft limit (a ``timeout`` verdict) and ``SIGKILL`` only at the
     hard one, for a program that ignores ``SIGXCPU``; with both equal it sends
     ``SIGKILL`` at once, which reads as a crash.
+
+    ``reserves_address_space``: the program is a runtime that reserves far more address
+    space than it uses (the JVM's class space and heap, V8's code range and cage), which
+    ``RLIMIT_AS`` would stop at start-up; it then gets none (the supervisor's sampling of
+    resident memory is what limits it, see :func:`execgym.sandbox._run.enforcement_of`).
 
     Returns:
         ``([(resource, soft, hard), ...], {limit name: how it is enforced})``.
@@ -41,7 +47,9 @@ def rlimits_for(
         "max_open_files": "rlimit",
         "cpu_time_s": "rlimit (per process)",
     }
-    if "memory_bytes" not in cgroup_enforced:
+    if "memory_bytes" not in cgroup_enforced and reserves_address_space:
+        enforced["memory_bytes"] = "not enforced (RLIMIT_AS would stop this runtime)"
+    elif "memory_bytes" not in cgroup_enforced:
         pairs.append((resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes))
         enforced["memory_bytes"] = "rlimit-as (per process, virtual memory)"
     if "max_processes" not in cgroup_enforced:
@@ -64,3 +72,31 @@ def _user_tasks() -> int:
             except OSError:
                 continue
     return count
+
+
+RESERVING_RUNTIMES = frozenset({"java", "javac", "node", "nodejs", "tsc", "deno", "bun"})
+"""Programs that reserve address space far beyond what they use (JVM, V8)."""
+
+
+RESERVES_ADDRESS_SPACE_ENV = ("EXECGYM_ADDRESS_SPACE", "reserved")
+"""An environment entry a caller sets for a program that reserves address space but is
+not known by name (a compiled Go binary: its runtime reserves its page summaries)."""
+
+
+def reserves_address_space(argv: Sequence[str], env: Mapping[str, str] | None = None) -> bool:
+    """Whether a launcher command runs a runtime that reserves address space up front.
+
+    True when ``env`` holds :data:`RESERVES_ADDRESS_SPACE_ENV`, else when one of
+    :data:`RESERVING_RUNTIMES` is named. Looks at every word after the last ``--``
+    (bwrap's and setpriv's end of options; the whole command when there is none): the
+    program, or a tool a driver program is given as an argument (the compile driver is
+    given the compiler's path). A program that merely has such an argument loses
+    ``RLIMIT_AS`` too; its resident memory is still sampled and limited.
+    """
+    name, value = RESERVES_ADDRESS_SPACE_ENV
+    if env is not None and env.get(name) == value:
+        return True
+    words = list(argv)
+    if "--" in words:
+        words = words[len(words) - words[::-1].index("--") :]
+    return any(os.path.basename(word) in RESERVING_RUNTIMES for word in words)

@@ -9,7 +9,7 @@ from execgym.limits import Limits
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
 from execgym.sandbox._process import ProcessSpec, run_process
 from execgym.sandbox._results import interpret, sandbox_error
-from execgym.sandbox._rlimits import rlimits_for
+from execgym.sandbox._rlimits import reserves_address_space, rlimits_for
 from execgym.sandbox.base import RunResult
 
 BASE_ENV = {
@@ -34,6 +34,7 @@ def enforcement_of(
     apply_rlimits: bool = True,
     backend: Mapping[str, str] | None = None,
     polls_tree: bool = True,
+    reserves_address_space: bool = False,
 ) -> tuple[list[tuple[int, int, int]], dict[str, str]]:
     """The rlimits of a run and how each of its limits is enforced.
 
@@ -45,12 +46,25 @@ def enforcement_of(
         polls_tree: Without a cgroup measuring CPU, the supervisor samples the whole
             tree's CPU time from ``/proc`` (the launcher is our child) and enforces
             ``cpu_time_s`` on it; ``False`` where it cannot (the warm pool's runs).
+            Without a cgroup limiting memory, it samples the tree's resident memory
+            too and enforces ``memory_bytes`` on it (:func:`polls_memory`).
+        reserves_address_space: The program reserves far more address space than it
+            uses (see :func:`~execgym.sandbox._rlimits.rlimits_for`): no ``RLIMIT_AS``.
 
     Returns:
         ``([(resource, soft, hard), ...], {limit name: how it is enforced})``.
     """
     cgroup_enforced = dict(cgroup.enforced) if cgroup else {}
-    rlimits, rlimit_enforced = rlimits_for(limits, cgroup_enforced=cgroup_enforced)
+    rlimits, rlimit_enforced = rlimits_for(
+        limits, cgroup_enforced=cgroup_enforced, reserves_address_space=reserves_address_space
+    )
+    if polls_tree and apply_rlimits and "memory_bytes" not in cgroup_enforced:
+        sampled = "whole tree's resident memory sampled from /proc every 50 ms"
+        rlimit_enforced["memory_bytes"] = (
+            sampled + " (no RLIMIT_AS: this runtime reserves address space up front)"
+            if reserves_address_space
+            else rlimit_enforced["memory_bytes"] + " + " + sampled
+        )
     if not apply_rlimits:
         rlimits, rlimit_enforced = [], dict.fromkeys(rlimit_enforced, "not enforced")
     if cgroup and cgroup.measures_cpu:
@@ -70,6 +84,15 @@ def enforcement_of(
     if cgroup is None:
         how["cgroup"] = f"none: {detect_cgroups().reason}"
     return rlimits, how
+
+
+def polls_memory(cgroup: RunCgroup | None, apply_rlimits: bool) -> bool:
+    """Whether the supervisor enforces ``memory_bytes`` by sampling the tree's memory.
+
+    So it does where no cgroup limits memory and the tree on the host is the run's own
+    processes (not a user-space kernel's, as with runsc, which sets its limits inside).
+    """
+    return apply_rlimits and not (cgroup is not None and "memory_bytes" in cgroup.enforced)
 
 
 async def run_contained(
@@ -125,7 +148,11 @@ async def run_contained(
         return sandbox_error(isolation, f"could not create the run's cgroup: {error}")
     try:
         rlimits, how = enforcement_of(
-            limits, cgroup, apply_rlimits=apply_rlimits, backend=enforcement
+            limits,
+            cgroup,
+            apply_rlimits=apply_rlimits,
+            backend=enforcement,
+            reserves_address_space=reserves_address_space(argv, env),
         )
         held: list[tuple[int, int, int]] = []
         if hold_fds and own_user_namespace and any(r[0] == RLIMIT_NPROC for r in rlimits):
@@ -147,6 +174,7 @@ async def run_contained(
             max_output_bytes=limits.max_output_bytes,
             hold_fds=hold_fds,
             held_rlimits=held,
+            memory_bytes=limits.memory_bytes if polls_memory(cgroup, apply_rlimits) else None,
         )
         outcome = await run_process(spec)
     except OSError as error:

@@ -59,6 +59,7 @@ class Supervisor:
         self._kill = kill
         self.killed_for: str | None = None
         self.sampled_cpu_s = 0.0
+        self.sampled_peak_bytes = 0
         self.captures = {
             "stdout": Capture(max_output_bytes),
             "stderr": Capture(max_output_bytes),
@@ -102,6 +103,8 @@ class Supervisor:
         cpu_time_s: float,
         cgroup: RunCgroup | None,
         sample_cpu: Callable[[], float] | None = None,
+        sample_memory: Callable[[], int] | None = None,
+        memory_bytes: int | None = None,
     ) -> None:
         """Return once ``exited`` is done, killing the run first if a clock runs out.
 
@@ -109,21 +112,33 @@ class Supervisor:
         ``sample_cpu`` (seconds used so far by the whole tree, read from ``/proc``), it
         is sampled every ``CPU_POLL_S`` and the largest figure is kept in
         :attr:`sampled_cpu_s`: processes killed or never reaped into rusage still count.
+        With ``sample_memory`` (the tree's resident bytes, where no cgroup limits
+        memory), memory is sampled as often, the largest figure kept in
+        :attr:`sampled_peak_bytes`, and the run is killed once it holds more than
+        ``memory_bytes``.
         """
         deadline = started + wall_time_s
         if cgroup is not None and cgroup.measures_cpu:
             sample_cpu = cgroup.cpu_time_s  # type: ignore[assignment]
-        measures_cpu = sample_cpu is not None
+        polls = sample_cpu is not None or sample_memory is not None
         while not exited.done():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill_for("wall_time_s")
                 break
-            step = min(remaining, CPU_POLL_S) if measures_cpu else remaining
+            step = min(remaining, CPU_POLL_S) if polls else remaining
             # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a
             # cancellation (Ctrl-C) that arrives as the process exits.
             await asyncio.wait({exited}, timeout=step)
-            if sample_cpu is not None and not exited.done():
+            if exited.done():
+                break
+            if sample_memory is not None and memory_bytes is not None:
+                held = sample_memory()
+                self.sampled_peak_bytes = max(self.sampled_peak_bytes, held)
+                if held > memory_bytes:
+                    self.kill_for("memory_bytes")
+                    break
+            if sample_cpu is not None:
                 used = sample_cpu()
                 if used is not None:
                     self.sampled_cpu_s = max(self.sampled_cpu_s, used)
