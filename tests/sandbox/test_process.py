@@ -33,7 +33,7 @@ async def test_descriptors_land_on_their_numbers_even_when_sources_collide() -> 
         "first", str(first)
     )
     try:
-        pid = await spawn(
+        pid, _ = await spawn(
             spec_for(code), {3: second, first: first}, stdout=out_write, stderr=2, stdin=None
         )
     finally:
@@ -54,7 +54,7 @@ async def test_rlimits_are_set_before_the_program_runs() -> None:
     code = "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE))"
     spec = spec_for(code, rlimits=[(resource.RLIMIT_NOFILE, 77, 77)])
     try:
-        pid = await spawn(spec, {}, stdout=out_write, stderr=2, stdin=None)
+        pid, _ = await spawn(spec, {}, stdout=out_write, stderr=2, stdin=None)
     finally:
         os.close(out_write)
     os.waitpid(pid, 0)
@@ -83,7 +83,7 @@ async def test_a_cancelled_spawn_leaves_no_process(monkeypatch) -> None:
     finished = threading.Event()
     real = _process.spawn_held
 
-    def spawn_held(*args: object) -> int:
+    def spawn_held(*args: object) -> tuple[int, int]:
         try:
             return real(*args)  # type: ignore[arg-type]
         finally:

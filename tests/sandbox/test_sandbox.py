@@ -580,3 +580,31 @@ def test_runtimes_that_reserve_address_space_are_found_by_their_program(argv, re
     # A program not known by name (a Go binary) is flagged by its caller in the env.
     assert reserves_address_space(argv, {"EXECGYM_ADDRESS_SPACE": "reserved"}) is True
     assert reserves_address_space(argv, {"EXECGYM_ADDRESS_SPACE": "no"}) is reserves
+
+
+DAEMON = (
+    "import os, sys\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        null = os.open('/dev/null', os.O_RDWR)\n"  # holds no pipe of the run open
+    "        for fd in (0, 1, 2):\n"
+    "            os.dup2(null, fd)\n"
+    "        os.execv('/usr/bin/sleep', [sys.argv[1], '3600'])\n"
+    "    os._exit(0)\n"
+    "os.wait()\n"
+)
+
+
+async def test_without_a_cgroup_run_returns_only_once_its_pid_namespace_is_empty(
+    bwrap_sandbox, no_cgroups
+) -> None:
+    # bwrap's launcher exits as soon as the program does, while the namespace's init is
+    # still killing what is left (a daemon): with no cgroup to empty and wait on, run()
+    # waits for that init, so no process of the run is alive when it returns.
+    for attempt in range(20):
+        marker = f"execgym-daemon-{uuid.uuid4().hex}"
+        argv = [*python(DAEMON), marker]
+        result = await bwrap_sandbox.run(argv, limits=Limits(wall_time_s=5))
+        assert result.status is Status.OK, result
+        assert processes_with(marker) == [], f"attempt {attempt}: a daemon outlived its run"

@@ -251,7 +251,7 @@ class Prestarter:
         if not ready.reaped:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(ready.launched.pid, 0)
-        for fd in (ready.request_fd, ready.started_fd):
+        for fd in (ready.request_fd, ready.started_fd, ready.launched.inner):
             with contextlib.suppress(OSError):
                 os.close(fd)
         for fd in ready.launched.read_ends.values():
@@ -312,7 +312,7 @@ class Prestarter:
             cgroup=cgroup,
         )
         try:
-            launched = Launched(ready.launched.pid, read_ends)
+            launched = Launched(ready.launched.pid, read_ends, ready.launched.inner)
             outcome = await supervise(spec, launched, started=started)
         finally:
             cgroup.remove_soon()

@@ -199,7 +199,7 @@ def park_descriptors(
     return parked
 
 
-def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> int:
+def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> tuple[int, int]:
     """Start ``spec.argv`` held before it runs anything, place it, then let it go.
 
     Blocking (it waits for the kernel to move the process into its cgroup, several
@@ -219,7 +219,11 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> int:
     Either way everything the program ever starts is accounted and limited.
 
     Returns:
-        The pid of the child (the launcher), leader of its own session.
+        ``(pid, inner)``: the pid of the child (the launcher), leader of its own session,
+        and with ``spec.hold_fds`` a pidfd of bwrap's sandbox process (the init of the
+        run's PID namespace), else -1. bwrap's launcher exits as soon as the program
+        does, while its init may still be killing what is left in the namespace; where
+        no cgroup can be waited on, :func:`supervise` waits for that init instead.
 
     Raises:
         OSError: if the program is not found or the child cannot be started, placed
@@ -259,8 +263,11 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> int:
         for fd in (hold_read, info_write, *parked.values()):
             if fd >= 0:
                 os.close(fd)
+    inner = -1
     try:
         members = [pid, *([_held_child(info_read)] if spec.hold_fds else [])]
+        if spec.hold_fds:
+            inner = os.pidfd_open(members[-1])
         if spec.cgroup is not None:
             spec.cgroup.add(members[-1])
         for member in members:
@@ -273,13 +280,17 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> int:
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+        if inner >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(inner, signal.SIGKILL)
+            os.close(inner)
         os.waitpid(pid, 0)
         raise
     finally:
         os.close(hold_write)
         if info_read >= 0:
             os.close(info_read)
-    return pid
+    return pid, inner
 
 
 _HOLD_TIMEOUT_S = 10.0
@@ -313,7 +324,7 @@ def _held_child(info_read: int) -> int:
 
 async def spawn(
     spec: ProcessSpec, fds: Mapping[int, int], *, stdout: int, stderr: int, stdin: int | None
-) -> int:
+) -> tuple[int, int]:
     """:func:`spawn_held` in a worker thread, so the event loop never waits on the kernel.
 
     If this coroutine is cancelled while the thread runs, the thread's child is killed
@@ -328,14 +339,19 @@ async def spawn(
         raise
 
 
-def _reclaim_spawned(cgroup: RunCgroup | None) -> Callable[[asyncio.Future[int]], None]:
-    def reclaim(task: asyncio.Future[int]) -> None:
+def _reclaim_spawned(
+    cgroup: RunCgroup | None,
+) -> Callable[[asyncio.Future[tuple[int, int]]], None]:
+    def reclaim(task: asyncio.Future[tuple[int, int]]) -> None:
         if task.cancelled() or task.exception() is not None:
             return
-        pid = task.result()
+        pid, inner = task.result()
         _kill_tree(pid, cgroup)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+        if inner >= 0:
+            _kill_inner(inner)
+            os.close(inner)
 
     return reclaim
 
@@ -347,12 +363,42 @@ def _kill_tree(pid: int, cgroup: RunCgroup | None) -> None:
         cgroup.kill()
 
 
+def _kill_inner(inner: int) -> None:
+    """SIGKILL the init of a run's PID namespace through its pidfd, if it is still there.
+
+    The kernel then kills every process left in the namespace.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(inner, signal.SIGKILL)
+
+
+async def _wait_inner(inner: int, timeout_s: float = 5.0) -> None:
+    """Kill the namespace's init and wait until it (so every process of the run) is gone.
+
+    Its pidfd becomes readable only once the init has exited, which it does only after
+    the kernel has killed and reaped the rest of its namespace.
+    """
+    _kill_inner(inner)
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(inner, lambda: gone.done() or gone.set_result(None))
+    try:
+        await asyncio.wait({gone}, timeout=timeout_s)
+    finally:
+        loop.remove_reader(inner)
+
+
 @dataclass(frozen=True, slots=True)
 class Launched:
-    """A started process tree: its launcher's pid and the read ends of its pipes."""
+    """A started process tree: its launcher's pid and the read ends of its pipes.
+
+    ``inner`` is a pidfd of the init of the run's PID namespace (bwrap's sandbox
+    process), or -1; whoever ends the run closes it.
+    """
 
     pid: int
     read_ends: dict[str, int]
+    inner: int = -1
 
 
 async def launch(spec: ProcessSpec) -> Launched:
@@ -369,7 +415,7 @@ async def launch(spec: ProcessSpec) -> Launched:
         fd_map[REPORT_FD] = pipes["report"][1]
     stdin_fd = memfd_with(spec.stdin, "execgym-stdin") if spec.stdin else None
     try:
-        pid = await spawn(
+        pid, inner = await spawn(
             spec, fd_map, stdout=pipes["stdout"][1], stderr=pipes["stderr"][1], stdin=stdin_fd
         )
     except BaseException:
@@ -381,7 +427,7 @@ async def launch(spec: ProcessSpec) -> Launched:
             os.close(write_end)
         if stdin_fd is not None:
             os.close(stdin_fd)
-    return Launched(pid, {name: ends[0] for name, ends in pipes.items()})
+    return Launched(pid, {name: ends[0] for name, ends in pipes.items()}, inner)
 
 
 async def run_process(spec: ProcessSpec) -> ProcessOutcome:
@@ -441,6 +487,8 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         reaped = True
         ended = time.monotonic()
         _kill_tree(pid, spec.cgroup)  # orphans and daemons die with the run
+        if launched.inner >= 0 and spec.cgroup is None:
+            await _wait_inner(launched.inner)  # no cgroup to empty: its PID namespace then
         await watcher.drain()
     finally:
         loop.remove_reader(pidfd)
@@ -450,6 +498,9 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
             _kill_tree(pid, spec.cgroup)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        if launched.inner >= 0:
+            _kill_inner(launched.inner)
+            os.close(launched.inner)
     return outcome_of(
         watcher,
         wait_status=wait_status,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from execgym.sandbox._python import python_command
+from execgym.sandbox._rlimits import RESERVES_ADDRESS_SPACE_ENV
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +232,11 @@ class Recipe:
     max_processes: int
 
 
+_RESERVING = frozenset({"java", "nodejs", "typescript", "go"})
+"""Languages whose compiler or runtime reserves address space up front (JVM, V8, Go):
+where no cgroup limits memory, the sandbox gives them no ``RLIMIT_AS`` (see
+:func:`execgym.sandbox._rlimits.reserves_address_space`)."""
+
 _JAVA_CLASS = re.compile(r"public\s+(?:final\s+)?class\s+([A-Za-z_$][\w$]*)")
 _JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData", "-Xshare:auto")
 _PYTEST_MAIN = (
@@ -294,6 +300,8 @@ def recipe(language: Language, code: str, toolchains: Toolchains) -> Recipe:
         )
     files, compile_argv, run_argv = steps[language.name]
     env = dict(language.env)
+    if language.name in _RESERVING:  # steps run under a driver: say so in the environment
+        env[RESERVES_ADDRESS_SPACE_ENV[0]] = RESERVES_ADDRESS_SPACE_ENV[1]
     if language.name == "pytest":
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return Recipe(files, compile_argv, run_argv, env, language.max_processes)
