@@ -546,3 +546,39 @@ def test_limits_too_small_for_the_self_test_say_which_to_raise(
     assert "self-test" in stderr
     assert "raise them (--timeout / --memory on the command line)" in stderr
     assert not out.exists()
+
+
+def test_an_output_under_a_directory_we_cannot_search_is_a_clear_error(
+    monkeypatch, tmp_path: Path
+) -> None:
+    # As an ordinary user, -o /root/x.jsonl: even asking whether it exists fails (EACCES).
+    hidden = tmp_path / "hidden"
+    real_exists = Path.exists
+
+    def exists(self: Path, *args: object, **kwargs: object) -> bool:
+        if str(self).startswith(str(hidden)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    output = str(hidden / "x.jsonl")
+    args = ("--dataset", "humaneval", "--solutions", "canonical", "-o", output)
+    code, _, stderr = run("score", *args)
+    assert code == 1, stderr
+    assert f"cannot write the results to {output}: Permission denied" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--dataset", "humaneval", "missing.jsonl"), "'ROLLOUTS': file 'missing.jsonl' does not"),
+        (("missing.jsonl", "other.jsonl"), "'TASKS': file 'missing.jsonl' does not exist"),
+        ((".",), "'TASKS': file '.' is a directory"),
+    ],
+)
+def test_a_missing_input_is_named_by_its_role(args: tuple[str, ...], message: str) -> None:
+    # With --dataset the one file given is ROLLOUTS, and the error says so.
+    code, _, stderr = run("score", *args)
+    assert code == 2, stderr
+    assert message in stderr

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO
@@ -83,6 +84,12 @@ def _load_inputs(
             "nothing to score: give TASKS.jsonl ROLLOUTS.jsonl, or --dataset humaneval "
             "--solutions canonical"
         )
+    # Checked here, not by click: with --dataset the first file is ROLLOUTS, and the
+    # message names it as what it is.
+    for role, path in (("TASKS", tasks_path), ("ROLLOUTS", rollouts_path)):
+        if path is not None and not os.path.isfile(path):
+            why = "is a directory" if os.path.isdir(path) else "does not exist"
+            raise click.BadParameter(f"file {path!r} {why}", param_hint=f"'{role}'")
     skipped: dict[str, str] = {}
     if dataset:
         loaded = load_builtin(dataset)
@@ -256,15 +263,8 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
 
 
 @main.command()
-@click.argument(
-    "tasks_path", metavar="[TASKS]", required=False, type=click.Path(exists=True, dir_okay=False)
-)
-@click.argument(
-    "rollouts_path",
-    metavar="[ROLLOUTS]",
-    required=False,
-    type=click.Path(exists=True, dir_okay=False),
-)
+@click.argument("tasks_path", metavar="[TASKS]", required=False, type=click.Path())
+@click.argument("rollouts_path", metavar="[ROLLOUTS]", required=False, type=click.Path())
 @click.option(
     "--dataset", type=click.Choice(DATASETS), help="A built-in data set instead of TASKS."
 )
@@ -470,8 +470,26 @@ def score(
     summary = summarize(results, time.monotonic() - started, k_values)
     click.echo(summary.render())
     click.echo(f"isolation: {isolation}; results: {output}")
+    if line := _enforcement_line(results):
+        click.echo(line)
     if store_url is not None:
         click.echo(upload_results(store_url, batch_id, Path(output)))
+
+
+_SHOWN_LIMITS = ("memory_bytes", "cpu_time_s", "max_processes")
+"""The limits whose enforcement depends on the host (cgroups or rlimits), in the summary."""
+
+
+def _enforcement_line(results: list[ScoredRollout]) -> str:
+    """How the host-dependent limits were enforced, as most runs of the batch say."""
+    seen: dict[str, Counter[str]] = {name: Counter() for name in _SHOWN_LIMITS}
+    for result in results:
+        run = result.judgement.run if result.judgement else None
+        for name in _SHOWN_LIMITS:
+            if run is not None and name in run.enforcement:
+                seen[name][run.enforcement[name]] += 1
+    parts = [f"{name}: {count.most_common(1)[0][0]}" for name, count in seen.items() if count]
+    return "limits enforced by " + "; ".join(parts) if parts else ""
 
 
 def _check_output(output: str, *inputs: str | None) -> None:
@@ -482,13 +500,22 @@ def _check_output(output: str, *inputs: str | None) -> None:
         click.ClickException: if ``output`` cannot be opened for writing.
     """
     target = Path(output)
+
+    def unwritable(error: OSError) -> click.ClickException:
+        return click.ClickException(
+            f"cannot write the results to {output}: {error.strerror or error}; "
+            "choose a writable path with -o"
+        )
+
+    try:
+        exists = target.exists()  # PermissionError under a directory we cannot search
+    except OSError as error:
+        raise unwritable(error) from error
     for name in inputs:
         if name is None:
             continue
         same = (
-            os.path.samefile(name, target)
-            if target.exists()
-            else Path(name).resolve() == target.resolve()
+            os.path.samefile(name, target) if exists else Path(name).resolve() == target.resolve()
         )
         if same:
             raise click.UsageError(
@@ -496,17 +523,14 @@ def _check_output(output: str, *inputs: str | None) -> None:
                 "it; choose another output path"
             )
     try:
-        if target.exists():
+        if exists:
             target.open("a").close()  # opens for writing without truncating or creating
         elif not target.parent.is_dir():
             raise FileNotFoundError(errno.ENOENT, f"no directory {target.parent}")
         elif not os.access(target.parent, os.W_OK | os.X_OK):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
     except OSError as error:
-        raise click.ClickException(
-            f"cannot write the results to {output}: {error.strerror or error}; "
-            "choose a writable path with -o"
-        ) from error
+        raise unwritable(error) from error
 
 
 def _warn_unknown_tasks(

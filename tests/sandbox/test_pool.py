@@ -315,3 +315,42 @@ async def test_runs_killed_before_their_staged_init_got_the_job_leave_the_pool_w
         assert killed.status in (Status.TIME_LIMIT, Status.OK), killed
     after = await pool.run_python(b"print('alive')")
     assert (after.status, after.stdout) == (Status.OK, b"alive\n"), after
+
+
+FORKMEM = (
+    "import os, time\n"
+    "for _ in range(5):\n"
+    "    if os.fork() == 0:\n"
+    "        block = bytearray(60 * 1024 * 1024)\n"  # touched: resident, each under the limit
+    "        time.sleep(3)\n"
+    "        os._exit(0)\n"
+    "for _ in range(5):\n"
+    "    os.wait()\n"
+    "print('survived')\n"
+)
+BUSY_TWO = "import os\nos.fork()\nwhile True: pass\n"
+
+
+async def test_without_a_cgroup_the_zygote_samples_and_enforces_cpu_and_memory(
+    monkeypatch, bwrap_sandbox
+) -> None:
+    # With no cgroup (an ordinary user's v1 host), RLIMIT_AS and RLIMIT_CPU are per
+    # process: five 60 MiB processes passed a 128 MiB limit and two busy ones ran twice
+    # the CPU limit. The zygote now samples each run's whole tree every 50 ms.
+    from execgym.sandbox._cgroup import CgroupHost
+
+    none = CgroupHost(None, reason="hidden by the test")
+    for module in ("_cgroup", "_run", "pool"):
+        monkeypatch.setattr(f"execgym.sandbox.{module}.detect_cgroups", lambda: none)
+    async with WarmPoolSandbox() as box:
+        limits = Limits(memory_bytes=128 * MiB, wall_time_s=8, cpu_time_s=8, max_processes=16)
+        hog = await box.run_python(FORKMEM.encode(), limits=limits)
+        assert (hog.status, hog.limit_hit) == (Status.MEMORY_LIMIT, "memory_bytes"), hog
+        assert hog.stdout == b""
+        assert "sampled from /proc every 50 ms by the zygote" in hog.enforcement["memory_bytes"]
+        busy = await box.run_python(BUSY_TWO.encode(), limits=Limits(wall_time_s=8, cpu_time_s=1.5))
+        assert (busy.status, busy.limit_hit) == (Status.TIME_LIMIT, "cpu_time_s"), busy
+        assert 1.5 <= busy.cpu_time_s < 2.5, busy  # the tree's total, not 2 s per process
+        assert "by the zygote" in busy.enforcement["cpu_time_s"]
+        fine = await box.run_python(b"print('ok')")
+        assert (fine.status, fine.stdout) == (Status.OK, b"ok\n"), fine

@@ -507,7 +507,14 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         wall_time_s=ended - started,
         cgroup=spec.cgroup,
         rusage_cpu_s=max(usage.ru_utime + usage.ru_stime, sampled_cpu_s[0], watcher.sampled_cpu_s),
-        rusage_peak_bytes=max(usage.ru_maxrss * 1024, watcher.sampled_peak_bytes),
+        rusage_peak_bytes=(
+            # Sampled (no cgroup): the launcher's rusage would count our own memory, which
+            # posix_spawn's child shares until it execs; a run too short to be sampled
+            # has no figure.
+            (watcher.sampled_peak_bytes or None)
+            if spec.memory_bytes is not None
+            else usage.ru_maxrss * 1024
+        ),
     )
 
 
@@ -518,7 +525,7 @@ def outcome_of(
     wall_time_s: float,
     cgroup: RunCgroup | None,
     rusage_cpu_s: float,
-    rusage_peak_bytes: int,
+    rusage_peak_bytes: int | None,
 ) -> ProcessOutcome:
     """Collect a supervised run's outcome; the cgroup's figures win over rusage."""
     cpu = cgroup.cpu_time_s() if cgroup is not None else None

@@ -60,6 +60,7 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 38, 
 SECCOMP_MODE_FILTER = 2
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
+POLL_S = 0.05  # how often runs with no cgroup have their CPU time and memory sampled
 NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 PROGRAMS = {}  # key -> (code, None) or (namespace, entry): trusted programs preloaded
@@ -395,6 +396,7 @@ def serve():
     staged = {}  # slot id -> (pid of a staged init, socket to send it its job)
     networks = NetworkNamespaces()
     killed_cpu = {}  # pid -> CPU seconds its tree had used when we killed it
+    polled = {}  # pid -> [cpu limit, memory limit, peak bytes, why killed] (no cgroup)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -403,10 +405,13 @@ def serve():
         json.dumps({"ready": os.getpid(), "cache_tag": sys.implementation.cache_tag}).encode()
     )
     while True:
-        readable, _, _ = select.select([control, wake_read], [], [])
+        timeout = POLL_S if polled else None
+        readable, _, _ = select.select([control, wake_read], [], [], timeout)
+        if polled:
+            enforce(polled, killed_cpu)
         if wake_read in readable:
             os.read(wake_read, 4096)
-            reap(control, runs, networks, staged, killed_cpu)
+            reap(control, runs, networks, staged, killed_cpu, polled)
         if control in readable:
             message, fds = receive(control)
             if not message:
@@ -429,6 +434,7 @@ def serve():
                 continue
             network = networks.take() if header["network"] == "none" else None
             slot = staged.pop(header.get("staged"), None)
+            poll = header.get("poll") or {}
             if slot is not None and slot[0] in runs:
                 pid, sock = slot
                 given = fds + ([network] if network is not None else [])
@@ -460,9 +466,11 @@ def serve():
                     control.close()
                     init_process(header, slots_of(header, fds), seccomp[header["network"]], network)
             runs[pid] = (header["run"], network)
+            if poll:
+                polled[pid] = [poll.get("cpu_time_s"), poll.get("memory_bytes"), 0, None]
             for fd in fds:
                 os.close(fd)
-            reap(control, runs, networks, staged, killed_cpu)
+            reap(control, runs, networks, staged, killed_cpu, polled)
 
 
 def stage(header, control, seccomp, runs, staged):
@@ -488,7 +496,29 @@ def stage(header, control, seccomp, runs, staged):
     runs[pid] = (None, None)
 
 
-def reap(control, runs, networks, staged, killed_cpu):
+def enforce(polled, killed_cpu):
+    """Sample each polled run's whole tree; kill one past its CPU time or memory."""
+    for pid, state in polled.items():
+        cpu_limit, memory_limit, _, why = state
+        if why is not None:
+            continue
+        if memory_limit is not None:
+            held = tree_rss_bytes(pid)  # noqa: F821 (from _proctree.py)
+            state[2] = max(state[2], held)
+            if held > memory_limit:
+                state[3] = "memory_bytes"
+        used = tree_cpu_time_s(pid) if cpu_limit is not None else 0.0  # noqa: F821
+        if state[3] is None and cpu_limit is not None and used >= cpu_limit:
+            state[3] = "cpu_time_s"
+        if state[3] is not None:
+            killed_cpu[pid] = tree_cpu_time_s(pid, stop=True)  # noqa: F821
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def reap(control, runs, networks, staged, killed_cpu, polled):
     while runs:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -497,6 +527,7 @@ def reap(control, runs, networks, staged, killed_cpu):
         if pid == 0:
             return
         run, network = runs.pop(pid, (None, None))
+        _, _, peak, why = polled.pop(pid, (None, None, 0, None))
         if network is not None:
             networks.give(network)
         for slot, (staged_pid, sock) in list(staged.items()):
@@ -511,6 +542,8 @@ def reap(control, runs, networks, staged, killed_cpu):
                         "status": status,
                         "cpu_s": max(usage.ru_utime + usage.ru_stime, killed_cpu.pop(pid, 0.0)),
                         "maxrss_kb": usage.ru_maxrss,
+                        "peak_bytes": peak,
+                        "killed_for": why,
                     }
                 ).encode()
             )

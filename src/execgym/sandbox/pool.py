@@ -24,6 +24,7 @@ import array
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -101,6 +102,20 @@ def _archive(files: Mapping[str, bytes]) -> bytes:
             content,
         ]
     return b"".join(parts)
+
+
+def _zygote_polls(limits: Limits, cgroup: RunCgroup | None) -> dict[str, float]:
+    """What the zygote samples and enforces for a run, where no cgroup does it.
+
+    ``{"cpu_time_s": s, "memory_bytes": n}`` (either or both, or empty): the run's whole
+    tree is read from the zygote's ``/proc`` every 50 ms and killed past either figure.
+    """
+    poll: dict[str, float] = {}
+    if cgroup is None or not cgroup.measures_cpu:
+        poll["cpu_time_s"] = limits.cpu_time_s
+    if cgroup is None or "memory_bytes" not in cgroup.enforced:
+        poll["memory_bytes"] = limits.memory_bytes
+    return poll
 
 
 class WarmPoolSandbox:
@@ -432,6 +447,16 @@ class WarmPoolSandbox:
         ]
         run_id = next(_runs)
         program = self._preload(source)
+        poll = _zygote_polls(limits, cgroup)
+        if "cpu_time_s" in poll:
+            how["cpu_time_s"] = (
+                "whole tree sampled from /proc every 50 ms by the zygote + rlimit (per process)"
+            )
+        if "memory_bytes" in poll:
+            how["memory_bytes"] = (
+                "whole tree's resident memory sampled from /proc every 50 ms by the zygote + "
+                + how["memory_bytes"]
+            )
         header = {
             "run": run_id,
             "slots": [0, 1, 2, 3, 4, 5] if want_report else [0, 1, 2, 4, 5],
@@ -443,6 +468,7 @@ class WarmPoolSandbox:
             "cgroup_procs": _procs_in_zygote(cgroup),
             "staged": slot,
             "program": program,
+            "poll": poll,
         }
         exited: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[run_id] = exited
@@ -499,8 +525,10 @@ class WarmPoolSandbox:
             wall_time_s=ended - started,
             cgroup=cgroup,
             rusage_cpu_s=body["cpu_s"],
-            rusage_peak_bytes=body["maxrss_kb"] * 1024,
+            rusage_peak_bytes=max(body["maxrss_kb"] * 1024, body.get("peak_bytes", 0)),
         )
+        if outcome.killed_for is None and body.get("killed_for"):  # the zygote's sampling
+            outcome = dataclasses.replace(outcome, killed_for=body["killed_for"])
         how["reclaim"] = "pid namespace per run, forked from the warm pool's zygote"
         return interpret(
             outcome,
