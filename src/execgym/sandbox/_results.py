@@ -62,7 +62,7 @@ def _allocation_failed(
 
     With no cgroup to see the limit reached, the error output is the evidence.
     """
-    if not enforcement.get("memory_bytes", "").startswith("rlimit"):
+    if "rlimit-as" not in enforcement.get("memory_bytes", ""):
         return False
     if exit_code in (None, 0) and signal != signals.SIGABRT:
         return False

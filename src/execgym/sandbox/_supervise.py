@@ -121,12 +121,15 @@ class Supervisor:
         if cgroup is not None and cgroup.measures_cpu:
             sample_cpu = cgroup.cpu_time_s  # type: ignore[assignment]
         polls = sample_cpu is not None or sample_memory is not None
+        # Sampled memory is the only peak figure there is: sample early too, so that a
+        # short run has one (5, 10 and 20 ms in, then every CPU_POLL_S).
+        ramp = [0.005, 0.01, 0.02] if sample_memory is not None else []
         while not exited.done():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill_for("wall_time_s")
                 break
-            step = min(remaining, CPU_POLL_S) if polls else remaining
+            step = min(remaining, ramp.pop(0) if ramp else CPU_POLL_S) if polls else remaining
             # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a
             # cancellation (Ctrl-C) that arrives as the process exits.
             await asyncio.wait({exited}, timeout=step)
