@@ -89,20 +89,6 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def no_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the sandboxes see a host without usable cgroups (as an ordinary user's)."""
-    import execgym.sandbox._cgroup as cgroup_module
-    import execgym.sandbox._run as run_module
-    import execgym.sandbox.pool as pool_module
-
-    def hidden() -> CgroupHost:
-        return CgroupHost(None, reason="hidden by the test")
-
-    for module in (cgroup_module, run_module, pool_module):
-        monkeypatch.setattr(module, "detect_cgroups", hidden)
-
-
-@pytest.fixture
 def bwrap_sandbox() -> BubblewrapSandbox:
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     return BubblewrapSandbox()
@@ -135,6 +121,18 @@ def none_sandbox() -> UnisolatedSandbox:
 @pytest.fixture(params=["bwrap", "gvisor", "none"])
 def sandbox(request: pytest.FixtureRequest) -> Sandbox:
     return request.getfixturevalue(f"{request.param}_sandbox")
+
+
+@pytest.fixture
+def no_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This host as an ordinary user's without a writable cgroup (limits fall back to
+    rlimits and sampling): every execgym module's ``detect_cgroups`` finds none."""
+    from execgym.sandbox import _cgroup
+
+    real, none = _cgroup.detect_cgroups, CgroupHost(None, reason="hidden by the test")
+    for name, module in list(sys.modules.items()):
+        if name.startswith("execgym.") and getattr(module, "detect_cgroups", None) is real:
+            monkeypatch.setattr(module, "detect_cgroups", lambda: none)
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ from execgym import (
 from execgym.limits import MiB
 from execgym.reward import load_spec
 from execgym.sandbox import BubblewrapSandbox
-from execgym.sandbox._cgroup import CgroupHost, detect_cgroups
+from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox.bwrap import interpreter_paths
 from tests.conftest import (
     descendants,
@@ -321,18 +321,10 @@ async def test_bc15_memory_hog_is_mle_and_its_neighbour_is_unaffected(
 
 
 async def test_bc16_without_cgroups_the_memory_limit_falls_back_not_fails(
-    sandbox, monkeypatch
+    sandbox, no_cgroups
 ) -> None:
     """BC-16: on a host where the usual memory limit (here: cgroups) cannot be applied, a
     correct ``add`` still passes (1.0) and a memory hog is still MLE by another means."""
-    import execgym.sandbox._cgroup as cgroup_module
-    import execgym.sandbox._run as run_module
-
-    def no_cgroups() -> CgroupHost:
-        return CgroupHost(None, reason="disabled by test_bc16")
-
-    monkeypatch.setattr(cgroup_module, "detect_cgroups", no_cgroups)
-    monkeypatch.setattr(run_module, "detect_cgroups", no_cgroups)
     good = await score(sandbox, CORRECT_ADD)
     assert (good.verdict, good.reward) == (Verdict.PASSED, 1.0), good.message
     assert run_of(good).enforcement["memory_bytes"].startswith("rlimit")
@@ -687,6 +679,7 @@ print(json.dumps({{
         "lib64",
         "libx32",
         "proc",
+        "run",  # /run/execgym/sh, the run's init (see bwrap.INIT_SCRIPT)
         "sbin",
         "tmp",
         "usr",

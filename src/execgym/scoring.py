@@ -88,6 +88,8 @@ class ScoredRollout:
             "wall_time_s": round(run.wall_time_s, 4) if run else None,
             "cpu_time_s": round(run.cpu_time_s, 4) if run else None,
             "peak_memory_bytes": run.peak_memory_bytes if run else None,
+            "processes_started": run.processes_started if run else None,
+            "bytes_written": run.bytes_written if run else None,
             "exit_code": run.exit_code if run else None,
             "signal": run.signal if run else None,
             "limit_hit": run.limit_hit if run else None,

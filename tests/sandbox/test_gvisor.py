@@ -14,7 +14,6 @@ from execgym.errors import SandboxUnavailable
 from execgym.judges import AssertJudge, Verdict
 from execgym.limits import Limits, MiB
 from execgym.sandbox import ISOLATIONS, Status, create_sandbox
-from execgym.sandbox._cgroup import CgroupHost
 from execgym.sandbox.gvisor import GVisorSandbox
 from execgym.tasks import Task
 from tests.conftest import ONE_TASK, processes_with, python, run_cgroups
@@ -201,11 +200,8 @@ async def test_memory_limit_includes_gvisors_own_overhead(gvisor_sandbox, needs_
 
 
 async def test_without_a_cgroup_memory_is_an_rlimit_in_the_gvisor_kernel(
-    gvisor_sandbox, monkeypatch
+    gvisor_sandbox, no_cgroups
 ) -> None:
-    none = CgroupHost(None, reason="hidden by the test")
-    for module in ("_cgroup", "_run"):
-        monkeypatch.setattr(f"execgym.sandbox.{module}.detect_cgroups", lambda: none)
     code = "x = bytearray(1024 ** 3)"
     result = await gvisor_sandbox.run(python(code), limits=Limits(memory_bytes=256 * MiB))
     # The kernel refused the memory: a memory verdict, inferred from the MemoryError.

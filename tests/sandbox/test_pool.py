@@ -332,16 +332,11 @@ BUSY_TWO = "import os\nos.fork()\nwhile True: pass\n"
 
 
 async def test_without_a_cgroup_the_zygote_samples_and_enforces_cpu_and_memory(
-    monkeypatch, bwrap_sandbox
+    no_cgroups, bwrap_sandbox
 ) -> None:
     # With no cgroup (an ordinary user's v1 host), RLIMIT_AS and RLIMIT_CPU are per
     # process: five 60 MiB processes passed a 128 MiB limit and two busy ones ran twice
     # the CPU limit. The zygote now samples each run's whole tree every 50 ms.
-    from execgym.sandbox._cgroup import CgroupHost
-
-    none = CgroupHost(None, reason="hidden by the test")
-    for module in ("_cgroup", "_run", "pool"):
-        monkeypatch.setattr(f"execgym.sandbox.{module}.detect_cgroups", lambda: none)
     async with WarmPoolSandbox() as box:
         limits = Limits(memory_bytes=128 * MiB, wall_time_s=8, cpu_time_s=8, max_processes=16)
         hog = await box.run_python(FORKMEM.encode(), limits=limits)
@@ -354,3 +349,20 @@ async def test_without_a_cgroup_the_zygote_samples_and_enforces_cpu_and_memory(
         assert "by the zygote" in busy.enforcement["cpu_time_s"]
         fine = await box.run_python(b"print('ok')")
         assert (fine.status, fine.stdout) == (Status.OK, b"ok\n"), fine
+
+
+async def test_no_descriptor_of_the_host_or_the_zygote_reaches_a_pooled_run(bwrap_sandbox) -> None:
+    """Only 0-2 and the listing's own: no inheritable host pipe (the zygote starts with
+    the pool), and not the reused network namespace a staged init held on fd 3."""
+    read_end, write_end = os.pipe()
+    leaked = os.dup2(write_end, 200, inheritable=True)
+    try:
+        async with WarmPoolSandbox() as box:
+            result = await box.run_python(
+                b"import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
+            )
+    finally:
+        for fd in (read_end, write_end, leaked):
+            os.close(fd)
+    assert result.status is Status.OK, result
+    assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -508,16 +509,6 @@ async def test_without_cgroups_cpu_limits_are_timeouts_and_cpu_time_is_counted(
             assert walled.cpu_time_s >= seen - 2 * tick - 0.001, walled
 
 
-@pytest.fixture
-def no_cgroups(monkeypatch):
-    """This host as an ordinary user's without a writable cgroup: limits are rlimits."""
-    from execgym.sandbox._cgroup import CgroupHost
-
-    none = CgroupHost(None, reason="hidden by the test")
-    for module in ("_cgroup", "_run"):
-        monkeypatch.setattr(f"execgym.sandbox.{module}.detect_cgroups", lambda: none)
-
-
 TREE_HOG = (
     "import os, time\n"
     "for _ in range(6):\n"
@@ -608,3 +599,34 @@ async def test_without_a_cgroup_run_returns_only_once_its_pid_namespace_is_empty
         result = await bwrap_sandbox.run(argv, limits=Limits(wall_time_s=5))
         assert result.status is Status.OK, result
         assert processes_with(marker) == [], f"attempt {attempt}: a daemon outlived its run"
+
+
+async def test_a_command_too_big_to_exec_is_the_callers_error(sandbox) -> None:
+    """E2BIG is the caller's input, not a sandbox failure: a TaskError naming the word."""
+    with pytest.raises(TaskError, match=r"argv\[2\] is 200001 bytes.*file or on stdin"):
+        await sandbox.run(["echo", "x", "y" * 200_000])
+    with pytest.raises(TaskError, match=r"env\[\d+\] is \d+ bytes"):
+        await sandbox.run(["true"], env={"BIG": "z" * 200_000})
+    many = ["w" * 100_000] * 30  # each word fits; together they pass ARG_MAX
+    with pytest.raises(TaskError, match="ARG_MAX"):
+        await sandbox.run(["echo", *many])
+    result = await sandbox.run(["echo", "y" * 100_000])  # big but fine
+    assert result.status is Status.OK
+    assert len(result.stdout) == 100_001
+
+
+LIST_FDS = "import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
+
+
+async def test_the_hosts_inheritable_descriptors_never_reach_the_program(sandbox) -> None:
+    """A host pipe execgym did not open (inherited from whoever started it) stays out."""
+    read_end, write_end = os.pipe()
+    leaked = os.dup2(write_end, 200, inheritable=True)
+    try:
+        result = await sandbox.run(python(LIST_FDS))
+    finally:
+        for fd in (read_end, write_end, leaked):
+            os.close(fd)
+    assert result.status is Status.OK, result
+    # 0-2, and the descriptor the listing itself holds open (the lowest free one: 3)
+    assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout

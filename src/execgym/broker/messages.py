@@ -168,6 +168,8 @@ def _scored_from_json(data: dict[str, Any], run_status: str | None) -> ScoredRol
             wall_time_s=data["wall_time_s"],
             cpu_time_s=data["cpu_time_s"],
             peak_memory_bytes=data["peak_memory_bytes"],
+            processes_started=data.get("processes_started"),
+            bytes_written=data.get("bytes_written"),
             isolation=data["isolation"],
             limit_hit=data["limit_hit"],
             enforcement=data["enforcement"],

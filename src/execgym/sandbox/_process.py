@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import json
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from execgym.sandbox._cgroup import RunCgroup
-from execgym.sandbox._proctree import tree_cpu_time_s, tree_rss_bytes
+from execgym.sandbox._proctree import total_bytes_written, tree_cpu_time_s, tree_rss_bytes
 from execgym.sandbox._supervise import Supervisor
 
 REPORT_FD = 3
@@ -61,6 +62,10 @@ class ProcessSpec:
             bwrap's sandbox process only, set once it is inside its namespaces. For a
             sandbox in its own user namespace, ``RLIMIT_NPROC`` there counts only the
             processes of that namespace, so it can be the run's own budget.
+        count_writes: The launcher is the program (no sandbox between): its
+            :attr:`ProcessOutcome.bytes_written` is what it and every process it reaped
+            wrote, read from ``/proc`` while it is a zombie (where the kernel lets an
+            ordinary user read a zombie's I/O figures; root always can).
     """
 
     argv: Sequence[str]
@@ -78,6 +83,7 @@ class ProcessSpec:
     hold_fds: tuple[int, int] | None = None
     held_rlimits: Sequence[tuple[int, int, int]] = ()
     memory_bytes: int | None = None
+    count_writes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +101,8 @@ class ProcessOutcome:
     peak_memory_bytes: int | None
     killed_for: str | None  # the Limits field we killed it for, if we did
     oom_killed: bool
+    processes_started: int | None = None
+    bytes_written: int | None = None
 
 
 def memfd_with(data: bytes, name: str = "execgym") -> int:
@@ -245,11 +253,13 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> tuple[int, int]:
             given = {**parked, gate_fd: hold_read}
             script = _gate_script(gate_fd, spec.cwd)
             path, full = _GATE_SHELL, [_GATE_SHELL, "-c", script, "execgym-gate", program, *argv]
+        closed = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds(set(given))]
         pid = os.posix_spawn(
             path,
             full,
             dict(spec.env),
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in given.items()],
+            file_actions=closed
+            + [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in given.items()],
             setsid=True,
             setsigmask=(),
             setsigdef=_DEFAULT_SIGNALS,
@@ -294,6 +304,27 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> tuple[int, int]:
 
 
 _HOLD_TIMEOUT_S = 10.0
+
+
+def _inherited_fds(keep: set[int]) -> list[int]:
+    """This process's inheritable descriptors outside ``keep``: a child must not get them.
+
+    execgym opens every descriptor close-on-exec, but the process it runs in may hold
+    inheritable ones from whoever started it (a trainer's launcher, a shell's job
+    pipe); ``posix_spawn`` would pass them on, and neither bwrap nor the program's init
+    closes them, so a sandboxed program could write into a host pipe.
+    """
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep:
+            continue
+        try:
+            if os.get_inheritable(fd):
+                found.append(fd)
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    return found
 
 
 def _above(pipe: tuple[int, int], floor: int) -> tuple[int, int]:
@@ -483,6 +514,8 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
             sample_memory=None if spec.memory_bytes is None else (lambda: tree_rss_bytes(pid)),
             memory_bytes=spec.memory_bytes,
         )
+        # Read while the launcher is a zombie: its I/O figures are final.
+        written = total_bytes_written(pid) if spec.count_writes else None
         _, wait_status, usage = os.wait4(pid, 0)
         reaped = True
         ended = time.monotonic()
@@ -501,7 +534,7 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         if launched.inner >= 0:
             _kill_inner(launched.inner)
             os.close(launched.inner)
-    return outcome_of(
+    outcome = outcome_of(
         watcher,
         wait_status=wait_status,
         wall_time_s=ended - started,
@@ -516,6 +549,7 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
             else usage.ru_maxrss * 1024
         ),
     )
+    return dataclasses.replace(outcome, bytes_written=written)
 
 
 def outcome_of(

@@ -95,3 +95,36 @@ def tree_rss_bytes(root: int) -> int:
         except (OSError, ValueError, IndexError):
             continue
     return total
+
+
+def _wchar(path: str) -> int | None:
+    try:
+        with open(path, "rb") as handle:
+            for line in handle:
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def total_bytes_written(zombie: int) -> int | None:
+    """Like :func:`reaped_bytes_written`, with the writes of ``zombie`` itself."""
+    return _wchar(f"/proc/{zombie}/io")
+
+
+def reaped_bytes_written(zombie: int) -> int | None:
+    """Bytes written by the processes ``zombie`` reaped, read before it is reaped itself.
+
+    ``/proc/<pid>/io``'s ``wchar`` of a process counts what it and every child it
+    reaped (theirs included, down the tree) passed to ``write``-family system calls;
+    ``/proc/<pid>/task/<pid>/io`` is its main thread's own share, left out here. Read it
+    while ``zombie`` has exited but is not yet reaped (``waitid(..., WNOWAIT)``): the
+    figures are final then. ``None`` if ``/proc`` does not tell (no I/O accounting in
+    the kernel, or not allowed).
+    """
+    total = _wchar(f"/proc/{zombie}/io")
+    own = _wchar(f"/proc/{zombie}/task/{zombie}/io")
+    if total is None or own is None:
+        return None
+    return max(total - own, 0)

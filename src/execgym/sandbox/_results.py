@@ -141,6 +141,8 @@ def interpret(
         limit_hit=limit_hit,
         enforcement=dict(enforcement),
         message=message,
+        processes_started=outcome.processes_started,
+        bytes_written=outcome.bytes_written,
     )
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from resource import RLIMIT_NPROC
 
+from execgym.errors import TaskError
 from execgym.limits import Limits
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
 from execgym.sandbox._process import ProcessSpec, run_process
@@ -58,7 +60,7 @@ def enforcement_of(
     rlimits, rlimit_enforced = rlimits_for(
         limits, cgroup_enforced=cgroup_enforced, reserves_address_space=reserves_address_space
     )
-    if polls_tree and apply_rlimits and "memory_bytes" not in cgroup_enforced:
+    if polls_tree and polls_memory(cgroup, apply_rlimits):
         sampled = "whole tree's resident memory sampled from /proc every 50 ms"
         rlimit_enforced["memory_bytes"] = (
             sampled + " (no RLIMIT_AS: this runtime reserves address space up front)"
@@ -86,6 +88,39 @@ def enforcement_of(
     return rlimits, how
 
 
+MAX_ARG_STRLEN = 32 * 4096
+"""Linux's limit on one argument or environment entry, its final NUL included (bytes)."""
+
+
+def check_exec_size(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Refuse a command Linux would refuse to start (``E2BIG``), naming what is too big.
+
+    A caller's input, not a sandbox failure: one word may hold at most
+    :data:`MAX_ARG_STRLEN` bytes, and all words and entries with their pointers at most
+    ``sysconf(SC_ARG_MAX)`` (a quarter of the stack limit; 2 MiB by default).
+
+    Raises:
+        TaskError: if a word or the whole command is too big to ``exec``.
+    """
+    total = 0
+    for kind, words in (("argv", list(argv)), ("env", [f"{k}={v}" for k, v in env.items()])):
+        for position, word in enumerate(words):
+            size = len(word.encode("utf-8", "surrogateescape")) + 1
+            if size > MAX_ARG_STRLEN:
+                raise TaskError(
+                    f"{kind}[{position}] is {size} bytes; Linux starts no program with an "
+                    f"argument or environment entry over {MAX_ARG_STRLEN} bytes: pass large "
+                    "data as a file or on stdin"
+                )
+            total += size + 8  # the word and its pointer
+    limit = os.sysconf("SC_ARG_MAX")
+    if total > limit:
+        raise TaskError(
+            f"the command line and environment take {total} bytes, over this host's "
+            f"{limit} (ARG_MAX): pass large data as a file or on stdin"
+        )
+
+
 def polls_memory(cgroup: RunCgroup | None, apply_rlimits: bool) -> bool:
     """Whether the supervisor enforces ``memory_bytes`` by sampling the tree's memory.
 
@@ -111,6 +146,7 @@ async def run_contained(
     apply_rlimits: bool = True,
     hold_fds: tuple[int, int] | None = None,
     own_user_namespace: bool = False,
+    count_writes: bool = False,
 ) -> RunResult:
     """Run ``argv`` in a fresh cgroup (when the host has one) and reclaim everything.
 
@@ -137,6 +173,8 @@ async def run_contained(
             as an ordinary user). Where no pids cgroup exists, ``RLIMIT_NPROC`` is then
             set inside it to ``max_processes`` plus one for bwrap's init: it counts only
             that namespace's processes there, not the user's others.
+        count_writes: The launcher is the program: measure the run's ``bytes_written``
+            from it (see :attr:`~execgym.sandbox._process.ProcessSpec.count_writes`).
 
     Returns:
         The :class:`RunResult`; a failure to set the run up is a ``SANDBOX_ERROR``
@@ -175,6 +213,7 @@ async def run_contained(
             hold_fds=hold_fds,
             held_rlimits=held,
             memory_bytes=limits.memory_bytes if polls_memory(cgroup, apply_rlimits) else None,
+            count_writes=count_writes,
         )
         outcome = await run_process(spec)
     except OSError as error:

@@ -29,7 +29,12 @@ so no rollout can find another's program, tests or nonce in memory it inherits. 
 pool prepends :mod:`execgym.sandbox._proctree` (``tree_cpu_time_s``) to this source. It
 reports ``{"run": id, "status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
 a child ends (``{"run": id, "error": why}`` if it could not be forked), and kills a
-run's process on ``{"kill": id}``.
+run's process on ``{"kill": id}``. With the end it reports ``"processes"``, what the run
+started, and ``"written"``, the bytes the run's processes wrote: its init counts the PID
+namespace's PIDs and reads its own ``wchar`` (which includes every process it reaped) as
+it ends, into a page of memory shared with the zygote only (the program's processes
+unmap it before any untrusted code runs). For a run killed before that, root reads the
+zombie init's figures (``reaped_bytes_written``); an ordinary user gets ``None``.
 """
 
 import array
@@ -38,6 +43,7 @@ import ctypes
 import gc
 import json
 import marshal
+import mmap
 import os
 import resource
 import select
@@ -208,11 +214,56 @@ def prepare_world(header):
         loopback_up()
 
 
-def become_program(header, fds, seccomp):
-    """PID 2 of the run: take the run's descriptors, drop everything, run the script."""
+def open_io():
+    """This process's I/O figures, whole and main thread's, opened while it may.
+
+    Once it has dropped to another uid or is not dumpable, it could no longer open them;
+    a descriptor opened before still reads its own, current figures.
+    """
+    try:
+        return os.open("/proc/self/io", os.O_RDONLY), os.open("/proc/thread-self/io", os.O_RDONLY)
+    except OSError:
+        return None
+
+
+def wchar(fd):
+    for line in os.pread(fd, 4096, 0).splitlines():
+        if line.startswith(b"wchar:"):
+            return int(line.split()[1])
+    raise ValueError("no wchar")
+
+
+def count_run(counter, io):
+    """As the run's init, as it ends: what the run started and wrote, into ``counter``.
+
+    PIDs of a new namespace are handed out in order from 1, so the last one is the
+    number of processes and threads it ever had (unless more than ``pid_max`` did).
+    What the processes it reaped wrote is its whole ``wchar`` less its own thread's.
+    """
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as handle:
+            last = int(handle.read())
+        written = wchar(io[0]) - wchar(io[1]) if io is not None else -1
+        counter[0:16] = last.to_bytes(8, "little") + written.to_bytes(8, "little", signed=True)
+    except (OSError, ValueError):
+        pass
+
+
+def become_program(header, fds, seccomp, counter):
+    """PID 2 of the run: take the run's descriptors, drop everything, run the script.
+
+    A preloaded harness runs here as PID 1 instead: it keeps ``counter`` (its forks
+    unmap it at once) and counts the run's processes when it returns.
+    """
     os.chdir("/work")
     stdin, stdout, stderr, report, files, script = fds
     code, entry = PROGRAMS.get(header.get("program"), (None, None))
+    as_init = code is not None
+    if as_init:
+        os.register_at_fork(after_in_child=counter.close)
+    else:
+        counter.close()
+    io = None
     if code is None:
         code = compile(read_all(script).decode("utf-8"), "runner.py", "exec")
     for number, fd in enumerate((stdin, stdout, stderr)):
@@ -222,7 +273,9 @@ def become_program(header, fds, seccomp):
     if header["uid"] is not None:
         os.chown("/work", header["uid"], header["uid"])
     write_files(files)
-    os.closerange(4, 65536)
+    os.closerange(4 if report >= 0 else 3, 65536)  # fd 3 may hold a namespace otherwise
+    if as_init:
+        io = open_io()
     for kind, soft, hard in header["rlimits"]:
         resource.setrlimit(kind, (soft, hard))
     for cap in range(64):
@@ -264,6 +317,8 @@ def become_program(header, fds, seccomp):
             stream.flush()
         except BaseException:
             pass
+    if as_init:
+        count_run(counter, io)
     os._exit(code)
 
 
@@ -316,7 +371,7 @@ def slots_of(header, fds):
     return slots
 
 
-def staged_init(cgroup_procs, sock, seccomp):
+def staged_init(cgroup_procs, sock, seccomp, counter):
     """A run's PID 1 made ahead of its run: it joins its cgroup, then waits for the job.
 
     Moving a process into a memory cgroup sleeps for several milliseconds on some
@@ -336,10 +391,10 @@ def staged_init(cgroup_procs, sock, seccomp):
         os._exit(0)  # the pool closed, or dropped this slot
     header = json.loads(message)
     network = fds.pop() if header["network"] == "none" else "new"
-    init_process(header, slots_of(header, fds), seccomp[header["network"]], network, True)
+    init_process(header, slots_of(header, fds), seccomp[header["network"]], network, counter, True)
 
 
-def init_process(header, fds, seccomp, network, attached=False):
+def init_process(header, fds, seccomp, network, counter, attached=False):
     """PID 1 of the run's namespaces: set up, start the program, reap until it ends.
 
     Exits with the program's exit code, or 128 + N if signal N killed it; when it
@@ -359,14 +414,14 @@ def init_process(header, fds, seccomp, network, attached=False):
             # PID 1 itself (it waits for the processes it starts; when it exits, the
             # kernel kills the rest of the namespace), which saves a fork per run.
             try:
-                become_program(header, fds, seccomp)
+                become_program(header, fds, seccomp, counter)
             except BaseException as error:
                 os.write(2, f"execgym zygote: setup failed: {error!r}\n".encode())
             os._exit(125)
         program = os.fork()
         if program == 0:
             try:
-                become_program(header, fds, seccomp)
+                become_program(header, fds, seccomp, counter)
             except BaseException as error:
                 os.write(2, f"execgym zygote: setup failed: {error!r}\n".encode())
             os._exit(125)
@@ -377,6 +432,7 @@ def init_process(header, fds, seccomp, network, attached=False):
             pid, status = os.waitpid(-1, 0)
             if pid == program:
                 break
+        count_run(counter, open_io())
         if os.WIFSIGNALED(status):
             os._exit(128 + os.WTERMSIG(status))
         os._exit(os.WEXITSTATUS(status))
@@ -393,6 +449,7 @@ def serve():
     control.setblocking(True)
     seccomp = {}
     runs = {}  # pid -> (run id or None while staged, reused network namespace or None)
+    counters = {}  # pid -> the page its init writes the run's process count to
     staged = {}  # slot id -> (pid of a staged init, socket to send it its job)
     networks = NetworkNamespaces()
     killed_cpu = {}  # pid -> CPU seconds its tree had used when we killed it
@@ -411,7 +468,7 @@ def serve():
             enforce(polled, killed_cpu)
         if wake_read in readable:
             os.read(wake_read, 4096)
-            reap(control, runs, networks, staged, killed_cpu, polled)
+            reap(control, runs, networks, staged, killed_cpu, polled, counters)
         if control in readable:
             message, fds = receive(control)
             if not message:
@@ -430,7 +487,7 @@ def serve():
                         os.kill(pid, signal.SIGKILL)
                 continue
             if "stage" in header:
-                stage(header, control, seccomp, runs, staged)
+                stage(header, control, seccomp, runs, staged, counters)
                 continue
             network = networks.take() if header["network"] == "none" else None
             slot = staged.pop(header.get("staged"), None)
@@ -450,9 +507,11 @@ def serve():
                 if slot is not None:
                     slot[1].close()
                 flags = NAMESPACES if network is not None else NAMESPACES | CLONE_NEWNET
+                counter = mmap.mmap(-1, 16)  # shared with the child
                 try:
                     pid = clone_into_namespaces(flags)
                 except OSError as error:  # this run fails, not the pool (EAGAIN, ENOMEM...)
+                    counter.close()
                     if network is not None:
                         networks.give(network)
                     for fd in fds:
@@ -464,22 +523,29 @@ def serve():
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     control.close()
-                    init_process(header, slots_of(header, fds), seccomp[header["network"]], network)
+                    for other in counters.values():
+                        other.close()
+                    init_process(
+                        header, slots_of(header, fds), seccomp[header["network"]], network, counter
+                    )
+                counters[pid] = counter
             runs[pid] = (header["run"], network)
             if poll:
                 polled[pid] = [poll.get("cpu_time_s"), poll.get("memory_bytes"), 0, None]
             for fd in fds:
                 os.close(fd)
-            reap(control, runs, networks, staged, killed_cpu, polled)
+            reap(control, runs, networks, staged, killed_cpu, polled, counters)
 
 
-def stage(header, control, seccomp, runs, staged):
+def stage(header, control, seccomp, runs, staged, counters):
     """Clone a run's init ahead of its job (see :func:`staged_init`)."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    counter = mmap.mmap(-1, 16)  # shared with the child
     try:
         pid = clone_into_namespaces(NAMESPACES)
     except OSError as error:  # the run that would have used it gets a fresh clone instead
         os.write(2, f"execgym zygote: could not stage a run: {error!r}\n".encode())
+        counter.close()
         parent_end.close()
         child_end.close()
         return
@@ -490,8 +556,11 @@ def stage(header, control, seccomp, runs, staged):
         parent_end.close()
         for _, other in staged.values():
             other.close()
-        staged_init(header["cgroup_procs"], child_end, seccomp)
+        for other in counters.values():
+            other.close()
+        staged_init(header["cgroup_procs"], child_end, seccomp, counter)
     child_end.close()
+    counters[pid] = counter
     staged[header["stage"]] = (pid, parent_end)
     runs[pid] = (None, None)
 
@@ -518,14 +587,23 @@ def enforce(polled, killed_cpu):
                 pass
 
 
-def reap(control, runs, networks, staged, killed_cpu, polled):
+def reap(control, runs, networks, staged, killed_cpu, polled, counters):
     while runs:
-        try:
-            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        try:  # look first: its I/O figures are gone once it is reaped
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if ended is None or ended.si_pid == 0:
             return
+        counter = counters.pop(ended.si_pid, None)
+        last, written = 0, -1
+        if counter is not None:
+            last = int.from_bytes(counter[0:8], "little")
+            written = int.from_bytes(counter[8:16], "little", signed=True)
+            counter.close()
+        if written < 0:  # killed before its init counted: root may read the zombie's
+            written = reaped_bytes_written(ended.si_pid)  # noqa: F821 (from _proctree.py)
+        pid, status, usage = os.wait4(ended.si_pid, 0)
         run, network = runs.pop(pid, (None, None))
         _, _, peak, why = polled.pop(pid, (None, None, 0, None))
         if network is not None:
@@ -544,6 +622,8 @@ def reap(control, runs, networks, staged, killed_cpu, polled):
                         "maxrss_kb": usage.ru_maxrss,
                         "peak_bytes": peak,
                         "killed_for": why,
+                        "processes": last - 1 if last > 0 else None,  # not its init
+                        "written": written,
                     }
                 ).encode()
             )

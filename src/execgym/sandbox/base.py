@@ -44,6 +44,16 @@ class RunResult:
         cpu_time_s: User + system CPU seconds of the whole tree (cgroup) or of the
             processes that were waited for (rusage).
         peak_memory_bytes: Peak memory of the run, or ``None`` if it cannot be measured.
+        processes_started: Processes and threads the run started (each takes a PID of
+            the run's PID namespace; its init and execgym's harness are not counted),
+            read from the namespace's ``ns_last_pid`` by the run's init as it ends.
+            ``None`` where it is not counted: a run killed before its init could count
+            (a limit, a timeout), the ``none`` tier (no PID namespace) and gVisor.
+        bytes_written: Bytes the run's processes passed to ``write``-family system
+            calls (files, pipes, stdout and stderr alike), from Linux's per-task I/O
+            accounting (``wchar`` in ``/proc/PID/io``), summed over every process the
+            run's init reaped; the init's and execgym harness's own writes are left
+            out. ``None`` where it is not measured (gVisor: its kernel is in user space).
         limit_hit: The :class:`~execgym.limits.Limits` field that ended the run, if any.
         isolation: The backend's name: ``"bwrap"`` or ``"none"``.
         enforcement: For each limit, how it was enforced on this host, for example
@@ -67,6 +77,8 @@ class RunResult:
     limit_hit: str | None = None
     enforcement: Mapping[str, str] = field(default_factory=dict)
     message: str = ""
+    processes_started: int | None = None
+    bytes_written: int | None = None
 
 
 class Sandbox(Protocol):

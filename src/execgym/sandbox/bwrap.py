@@ -12,6 +12,7 @@ so the program is unprivileged on the host too, not merely inside a user namespa
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import shutil
 import sys
@@ -25,7 +26,7 @@ from execgym.sandbox._prestart import Job, Prestarter, prestart_possible
 from execgym.sandbox._process import memfd_with
 from execgym.sandbox._python import PythonAsFile, python_command
 from execgym.sandbox._results import sandbox_error
-from execgym.sandbox._run import BASE_ENV, run_contained
+from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
 from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
 from execgym.sandbox.base import RunResult
 
@@ -38,6 +39,30 @@ WORK_DIR = "/work"
 _SECCOMP_FD = 9
 _FIRST_FILE_FD = 10
 _INFO_FD, _BLOCK_FD = 5, 6  # bwrap holds the sandbox until its cgroup is set (see _process)
+_INIT_FD, _COUNT_FD = 7, 8  # the run's init (a shell binary) and where it counts processes
+_INIT_PATH = "/run/execgym/sh"  # named sh: a busybox shell picks its applet by name
+INIT_SCRIPT = (
+    '(exec "$@") 7>&- 8>&-; s=$?; read n </proc/sys/kernel/ns_last_pid; '
+    'while read k v; do [ "$k" = wchar: ] && a=$v; done 2>/dev/null </proc/self/io; '
+    'while read k v; do [ "$k" = wchar: ] && b=$v; done 2>/dev/null </proc/self/task/$$/io; '
+    'echo "$n $a $b" >&8; exit $s'
+)
+"""What the init of a fresh sandbox runs (``sh -c``), with the program's argv as ``$@``.
+
+The init is PID 1 of the run's PID namespace: it starts the program (PID 2; ``exec``, so
+a program named like a shell builtin is still the real one), reaps orphans while it
+waits, and as the program ends writes to fd 8 the namespace's last PID (so the number of
+processes and threads the run had) and ``wchar`` of ``/proc/self/io``, with and without
+what it reaped (what the run's processes wrote; see ``RunResult.bytes_written``).
+
+It is a copy of the host's shell that the sandbox can execute but not read: a process
+started from an unreadable file is not dumpable, so the program, although it has the
+same uid, cannot open the init's ``/proc/1/mem`` to change the exit status it reports
+(bwrap's own init can be written that way when bwrap runs as an ordinary user). The
+price: as an ordinary user the init cannot open its own ``/proc/self/io`` either, so
+``bytes_written`` is ``None`` there. bwrap's launcher waits for this init, so it also
+waits until every process of the run is gone.
+"""
 _INSTALL_HINT = (
     "bubblewrap (bwrap) is not installed. Install it with `sudo apt-get install bubblewrap` "
     "(Debian/Ubuntu) or `sudo dnf install bubblewrap` (Fedora), or pass --isolation none "
@@ -165,6 +190,10 @@ class BubblewrapSandbox(PythonAsFile):
         paths = default_read_only_paths() if read_only_paths is None else read_only_paths
         self._read_only = resolve_paths(paths)
         self._binds = system_binds() + read_only_binds(self._read_only)  # same every run
+        shell = shutil.which("dash") or shutil.which("sh")
+        if shell is None:
+            raise SandboxUnavailable("no POSIX shell (dash or sh) on PATH for the sandbox's init")
+        self._init_binary = Path(os.path.realpath(shell)).read_bytes()
         self._prestarter: Prestarter | None = None
         if prestart > 0 and prestart_possible():
             self._prestarter = Prestarter(
@@ -213,7 +242,13 @@ class BubblewrapSandbox(PythonAsFile):
         }
 
     def _argv(
-        self, argv: Sequence[str], limits: Limits, file_args: list[str], *, hold: bool = False
+        self,
+        argv: Sequence[str],
+        limits: Limits,
+        file_args: list[str],
+        *,
+        hold: bool = False,
+        init: bool = False,
     ) -> list[str]:
         command = [
             self._bwrap,
@@ -250,6 +285,7 @@ class BubblewrapSandbox(PythonAsFile):
             "/dev",
             *tmpfs("/tmp", "1777"),
             *tmpfs(WORK_DIR, "0777"),
+            *(["--perms", "0111", "--ro-bind-data", str(_INIT_FD), _INIT_PATH] if init else []),
             *file_args,
             # Writable: the size-limited tmpfs and a fresh /dev/shm, nothing else (the
             # root and /dev tmpfs bwrap makes are not limited in size).
@@ -260,8 +296,11 @@ class BubblewrapSandbox(PythonAsFile):
             *tmpfs("/dev/shm", "1777"),
             "--chdir",
             WORK_DIR,
-            "--",
         ]
+        if init:  # see INIT_SCRIPT
+            command += ["--as-pid-1", "--", _INIT_PATH, "-c", INIT_SCRIPT, "execgym-init"]
+        else:
+            command += ["--"]
         if self._as_root:
             ids = str(SANDBOX_UID)
             command += [
@@ -291,9 +330,11 @@ class BubblewrapSandbox(PythonAsFile):
         """Run ``argv`` in a fresh bubblewrap sandbox; see :meth:`Sandbox.run`.
 
         Raises:
-            TaskError: if a file name would escape the work dir.
+            TaskError: if a file name would escape the work dir, or the command is too
+                big for Linux to start (:func:`~execgym.sandbox._run.check_exec_size`).
         """
         full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+        check_exec_size(argv, full_env)
         if self._prestarter is not None:
             dirs: list[str] = []
             named: list[tuple[str, bytes]] = []
@@ -325,6 +366,8 @@ class BubblewrapSandbox(PythonAsFile):
         dirs: set[str] = set()
         try:
             fd_map[_SECCOMP_FD] = memfd_with(seccomp_program(limits.network), "execgym-seccomp")
+            fd_map[_INIT_FD] = memfd_with(self._init_binary, "execgym-init")
+            fd_map[_COUNT_FD] = memfd_with(b"", "execgym-count")
             for offset, (name, content) in enumerate((files or {}).items()):
                 relative = safe_relative(name)
                 for parent in reversed(relative.parents[:-1]):
@@ -339,8 +382,8 @@ class BubblewrapSandbox(PythonAsFile):
                     str(_FIRST_FILE_FD + offset),
                     f"{WORK_DIR}/{relative}",
                 ]
-            return await run_contained(
-                self._argv(argv, limits, file_args, hold=True),
+            result = await run_contained(
+                self._argv(argv, limits, file_args, hold=True, init=True),
                 hold_fds=(_INFO_FD, _BLOCK_FD),
                 own_user_namespace=not self._as_root,
                 isolation=self.name,
@@ -352,6 +395,7 @@ class BubblewrapSandbox(PythonAsFile):
                 shifted_signals=True,
                 enforcement=self.enforcement(limits),
             )
+            return _with_count(result, os.pread(fd_map[_COUNT_FD], 64, 0))
         except TaskError:
             raise
         except OSError as error:
@@ -359,3 +403,19 @@ class BubblewrapSandbox(PythonAsFile):
         finally:
             for fd in fd_map.values():
                 os.close(fd)
+
+
+def _with_count(result: RunResult, count: bytes) -> RunResult:
+    """``result`` with what its init counted (``count``: see :data:`INIT_SCRIPT`)."""
+    try:
+        figures = [int(field) for field in count.split()]
+    except ValueError:
+        figures = []
+    if not figures:  # killed before it could count
+        return result
+    return dataclasses.replace(
+        result,
+        processes_started=figures[0] - 1,  # PID 1, the init, is ours
+        # As an ordinary user the init cannot read its own figures (not dumpable).
+        bytes_written=max(figures[1] - figures[2], 0) if len(figures) == 3 else None,
+    )

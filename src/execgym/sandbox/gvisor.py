@@ -65,7 +65,7 @@ from execgym.sandbox import _cgroup
 from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._python import PythonAsFile
 from execgym.sandbox._results import sandbox_error
-from execgym.sandbox._run import BASE_ENV, run_contained
+from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
 from execgym.sandbox._seccomp import _NAMESPACE_FLAGS, BLOCKED_SYSCALLS
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import (
@@ -345,13 +345,15 @@ class GVisorSandbox(PythonAsFile):
         """Run ``argv`` in a fresh gVisor sandbox; see :meth:`Sandbox.run`.
 
         Raises:
-            TaskError: if a file name would escape the work dir.
+            TaskError: if a file name would escape the work dir, or the command is too
+                big for Linux to start (``check_exec_size``).
         """
         for name in files or {}:
             safe_relative(name)
+        full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+        check_exec_size(argv, full_env)
         run_dir = Path(tempfile.mkdtemp(prefix="execgym-gvisor-"))
         try:
-            full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
             command = self._prepare(
                 run_dir,
                 argv,

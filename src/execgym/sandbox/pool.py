@@ -527,8 +527,12 @@ class WarmPoolSandbox:
             rusage_cpu_s=body["cpu_s"],
             rusage_peak_bytes=max(body["maxrss_kb"] * 1024, body.get("peak_bytes", 0)),
         )
-        if outcome.killed_for is None and body.get("killed_for"):  # the zygote's sampling
-            outcome = dataclasses.replace(outcome, killed_for=body["killed_for"])
+        outcome = dataclasses.replace(
+            outcome,
+            killed_for=outcome.killed_for or body.get("killed_for"),  # the zygote's sampling
+            processes_started=body.get("processes"),
+            bytes_written=body.get("written"),
+        )
         how["reclaim"] = "pid namespace per run, forked from the warm pool's zygote"
         return interpret(
             outcome,

@@ -20,7 +20,7 @@ from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._python import PythonAsFile
 from execgym.sandbox._results import sandbox_error
-from execgym.sandbox._run import BASE_ENV, run_contained
+from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
 from execgym.sandbox.base import RunResult
 
 log = logging.getLogger(__name__)
@@ -71,9 +71,11 @@ class UnisolatedSandbox(PythonAsFile):
         """Run ``argv`` in a fresh temp dir without isolation; see :meth:`Sandbox.run`.
 
         Raises:
-            TaskError: if a file name would escape the work dir.
+            TaskError: if a file name would escape the work dir, or the command is too
+                big for Linux to start (``check_exec_size``).
         """
         relatives = {safe_relative(name): content for name, content in (files or {}).items()}
+        check_exec_size(argv, {**BASE_ENV, **(env or {})})
         work = tempfile.mkdtemp(prefix="execgym-none-")
         try:
             for relative, content in relatives.items():
@@ -84,6 +86,7 @@ class UnisolatedSandbox(PythonAsFile):
             return await run_contained(
                 argv,
                 isolation=self.name,
+                count_writes=True,  # the launcher is the program (the gate execs it)
                 env=full_env,
                 stdin=stdin,
                 limits=limits,

@@ -116,6 +116,8 @@ def step_report(result: RunResult) -> StepReport:
         wall_time_s=round(result.wall_time_s, 6),
         cpu_time_s=round(result.cpu_time_s, 6),
         peak_memory_bytes=result.peak_memory_bytes,
+        processes_started=result.processes_started,
+        bytes_written=result.bytes_written,
         limit_hit=result.limit_hit,
         message=utf8_safe(result.message),
     )

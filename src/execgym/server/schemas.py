@@ -121,6 +121,12 @@ class StepReport(BaseModel):
     wall_time_s: float
     cpu_time_s: float
     peak_memory_bytes: int | None
+    processes_started: int | None = Field(
+        None, description="processes and threads the step started; null where not counted"
+    )
+    bytes_written: int | None = Field(
+        None, description="bytes its processes wrote (files, pipes, output); null if unmeasured"
+    )
     limit_hit: str | None = None
     message: str = ""
 

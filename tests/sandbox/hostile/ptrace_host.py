@@ -29,11 +29,23 @@ for tool in (["/usr/bin/gdb", "-batch", "-p", "1"], ["/usr/bin/strace", "-p", "1
     if os.path.exists(tool[0]):
         done = subprocess.run(tool, capture_output=True, timeout=2, check=False)
         print(f"{tool[0]} exited {done.returncode}")
+# /proc/1/mem of a same-uid, dumpable init opens for writing (no ptrace call needed), and
+# then its exit status could be rewritten. Reading at address 0 fails anyway: read at a
+# mapped address, and opening it at all is the escape.
 try:
-    with open("/proc/1/mem", "rb") as handle:
-        handle.read(1)
-    escaped = True
-    print("ESCAPED read /proc/1/mem")
-except OSError:
+    with open("/proc/1/maps", "rb") as handle:
+        mapped = int(handle.readline().split(b"-")[0], 16)
+except (OSError, ValueError):
+    mapped = 0x400000
+for mode in ("rb", "r+b") if os.getpid() != 1 else ():  # gVisor: the program is PID 1
+    try:
+        with open("/proc/1/mem", mode) as handle:
+            escaped = True
+            print(f"ESCAPED open /proc/1/mem {mode}")
+            handle.seek(mapped)
+            handle.read(1)
+    except OSError:
+        pass
+if not escaped:
     print("blocked /proc/1/mem")
 sys.exit(1 if escaped else 0)

@@ -1,0 +1,187 @@
+"""Per-run accounting: processes started and bytes written, on every tier.
+
+The programs here do a known amount of work (3 forks and 1 thread; 3 x 1000 bytes to a
+file and 3 bytes to stdout), so the figures are exact where they are counted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from execgym.limits import Limits
+from execgym.sandbox import Status
+from execgym.sandbox._trusted import register_trusted_program
+from execgym.sandbox.bwrap import INIT_SCRIPT
+from execgym.sandbox.pool import WarmPoolSandbox
+from tests.conftest import require
+
+KNOWN_WORK = b"""
+import os, threading
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        with open("/tmp/out-%d" % os.getpid(), "wb") as handle:
+            handle.write(b"x" * 1000)
+        os._exit(0)
+    os.waitpid(pid, 0)
+worker = threading.Thread(target=lambda: None)
+worker.start()
+worker.join()
+print("ok")
+"""
+STARTED = 5  # the program, its 3 children and 1 thread
+WRITTEN = 3 * 1000 + len(b"ok\n")
+AS_ROOT = os.geteuid() == 0
+
+
+@pytest.fixture
+async def pool(bwrap_sandbox):
+    async with WarmPoolSandbox() as box:
+        yield box
+
+
+async def test_a_fresh_sandbox_counts_processes_and_bytes_written(bwrap_sandbox) -> None:
+    result = await bwrap_sandbox.run_python(KNOWN_WORK)
+    assert result.status is Status.OK, result
+    assert result.processes_started == STARTED
+    # As an ordinary user the init cannot read its own I/O figures (it is not dumpable).
+    assert result.bytes_written == (WRITTEN if AS_ROOT else None)
+
+
+async def test_the_fresh_sandboxs_own_set_up_is_not_counted(bwrap_sandbox) -> None:
+    """bwrap writes the init's binary and the run's files: none of that is the run's."""
+    result = await bwrap_sandbox.run(["true"], files={"big.txt": b"y" * 100_000})
+    assert result.status is Status.OK, result
+    assert result.processes_started == 1
+    assert result.bytes_written == (0 if AS_ROOT else None)
+
+
+async def test_a_program_named_like_a_shell_builtin_is_the_real_program(bwrap_sandbox) -> None:
+    """The init runs ``exec "$@"``: ``echo`` is /usr/bin/echo, not the shell's builtin."""
+    result = await bwrap_sandbox.run(["echo", "--version"])
+    assert result.status is Status.OK, result
+    assert b"coreutils" in result.stdout.lower() or b"gnu" in result.stdout.lower()
+    assert result.processes_started == 1
+
+
+async def test_a_missing_program_is_a_runtime_error_and_nothing_of_the_init_shows(
+    bwrap_sandbox,
+) -> None:
+    result = await bwrap_sandbox.run(["no-such-program-here"])
+    assert result.status is Status.RUNTIME_ERROR
+    assert result.exit_code == 127
+    assert b"no-such-program-here" in result.stderr
+    assert b"wchar" not in result.stderr
+    assert b"/proc" not in result.stderr
+
+
+async def test_the_warm_pool_counts_processes_and_bytes_written(pool) -> None:
+    for _ in range(2):  # a staged init and a fresh clone alike
+        result = await pool.run_python(KNOWN_WORK)
+        assert result.status is Status.OK, result
+        assert result.processes_started == STARTED
+        assert result.bytes_written == WRITTEN
+
+
+async def test_a_preloaded_harness_as_pid_1_is_not_counted_itself(pool) -> None:
+    """A trusted harness runs as the run's PID 1: only what it starts is counted."""
+    source = (
+        b"import os\n"
+        b"def main():\n"
+        b"    os.write(1, b'harness output is not the run\\'s\\n')\n"
+        b"    pid = os.fork()\n"
+        b"    if pid == 0:\n"
+        b"        os.write(1, b'x' * 500)\n"
+        b"        os._exit(0)\n"
+        b"    os.waitpid(pid, 0)\n"
+        b"main()\n"
+    )
+    definitions = compile(source.rsplit(b"main()", 1)[0], "runner.py", "exec")
+    register_trusted_program(
+        source, compile(source, "runner.py", "exec"), definitions=definitions, entry="main"
+    )
+    seen = []
+    for _ in range(6):  # inits staged before the code reached the zygote run it as a script
+        result = await pool.run_python(source)
+        assert result.status is Status.OK, result
+        assert result.stdout.endswith(b"x" * 500)
+        seen.append((result.processes_started, result.bytes_written))
+    as_script = (2, 500 + len(b"harness output is not the run's\n"))
+    assert set(seen) <= {(1, 500), as_script}, seen
+    assert seen[-1] == (1, 500), seen
+
+
+async def test_a_run_killed_before_its_init_counts_has_no_process_count(
+    bwrap_sandbox, pool
+) -> None:
+    limits = Limits(wall_time_s=0.5)
+    for box in (bwrap_sandbox, pool):
+        result = await box.run_python(b"while True: pass\n", limits=limits)
+        assert result.status is Status.TIME_LIMIT
+        assert result.processes_started is None
+
+
+async def test_the_none_tier_counts_bytes_but_not_processes(none_sandbox) -> None:
+    result = await none_sandbox.run_python(KNOWN_WORK.replace(b"/tmp/", b""))
+    assert result.status is Status.OK, result
+    assert result.processes_started is None  # no PID namespace to count in
+    # Its launcher is the program: read as a zombie, which only root may (Linux 6.x).
+    assert result.bytes_written in ((WRITTEN,) if AS_ROOT else (WRITTEN, None))
+
+
+async def test_gvisor_counts_neither(gvisor_sandbox) -> None:
+    result = await gvisor_sandbox.run_python(KNOWN_WORK)
+    assert result.status is Status.OK, result
+    assert result.processes_started is None
+    assert result.bytes_written is None
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash", "busybox"])
+def test_the_init_script_runs_under_the_usual_shells(shell, tmp_path) -> None:
+    """The init is the host's own shell, whichever it is: plain POSIX sh only."""
+    path = shutil.which(shell)
+    require(path is not None, f"{shell} (apt-get install {shell})")
+    assert path is not None
+    argv = [path, "sh"] if shell == "busybox" else [path]
+    counts = tmp_path / "counts"
+    script = [*argv, "-c", INIT_SCRIPT, "execgym-init", sys.executable, "-c", "exit(3)"]
+    done = subprocess.run(
+        ["/bin/sh", "-c", 'exec 8>"$0"; exec "$@"', str(counts), *script],  # fd 8: counts
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 3, done  # the program's exit status, passed on
+    assert done.stderr == b""  # nothing of the init's own shows in the run's output
+    # Outside a fresh PID namespace the figures are the host's, but well-formed: the last
+    # PID, then wchar with and without what was reaped (or nothing, if /proc refused).
+    fields = counts.read_bytes().split()
+    assert len(fields) in (1, 3)
+    assert all(field.isdigit() for field in fields)
+
+
+def test_the_results_line_and_the_broker_carry_both_figures() -> None:
+    from execgym.broker.messages import _scored_from_json
+    from execgym.judges.base import Judgement, Verdict
+    from execgym.scoring import ScoredRollout
+    from execgym.testing import fake_result
+
+    run = fake_result(processes_started=4, bytes_written=12)
+    scored = ScoredRollout(
+        index=0,
+        task_id="t",
+        rollout_id="r",
+        verdict=Verdict.PASSED,
+        reward=1.0,
+        judgement=Judgement(Verdict.PASSED, run=run),
+        isolation="fake",
+    )
+    line = scored.to_json()
+    assert (line["processes_started"], line["bytes_written"]) == (4, 12)
+    back = _scored_from_json(line, "ok").judgement.run
+    assert (back.processes_started, back.bytes_written) == (4, 12)
