@@ -80,6 +80,23 @@ async def test_a_missing_program_is_a_runtime_error_and_nothing_of_the_init_show
     assert b"/proc" not in result.stderr
 
 
+async def test_a_prestarted_sandbox_counts_the_run_not_its_trampoline(prestarted_sandbox) -> None:
+    """The trampoline writes the run's files and stdin: that is execgym's work, not the
+    run's; the run itself is counted as in a cold start."""
+    box = prestarted_sandbox
+    for _ in range(2):
+        assert await box.prestart()
+        result = await box.run(
+            [os.path.realpath(sys.executable), "-I", "-S", "runner.py"],
+            files={"runner.py": KNOWN_WORK, "data/big.bin": b"z" * 50_000},
+            stdin=b"some input\n" * 100,
+        )
+        assert result.status is Status.OK, result
+        assert "prestarted" in result.enforcement["start"]
+        assert result.processes_started == STARTED
+        assert result.bytes_written == (WRITTEN if AS_ROOT else None)
+
+
 async def test_the_warm_pool_counts_processes_and_bytes_written(pool) -> None:
     for _ in range(2):  # a staged init and a fresh clone alike
         result = await pool.run_python(KNOWN_WORK)
@@ -151,7 +168,7 @@ def test_the_init_script_runs_under_the_usual_shells(shell, tmp_path) -> None:
     counts = tmp_path / "counts"
     script = [*argv, "-c", INIT_SCRIPT, "execgym-init", sys.executable, "-c", "exit(3)"]
     done = subprocess.run(
-        ["/bin/sh", "-c", 'exec 8>"$0"; exec "$@"', str(counts), *script],  # fd 8: counts
+        ["/bin/sh", "-c", 'exec 4>"$0"; exec "$@"', str(counts), *script],  # fd 4: counts
         stdin=subprocess.DEVNULL,
         capture_output=True,
         check=False,

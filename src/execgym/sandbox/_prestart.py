@@ -37,7 +37,7 @@ from execgym.sandbox._process import (
     memfd_with,
     supervise,
 )
-from execgym.sandbox._results import interpret
+from execgym.sandbox._results import interpret, with_init_count
 from execgym.sandbox._run import BASE_ENV, enforcement_of
 from execgym.sandbox._seccomp import seccomp_program
 from execgym.sandbox.base import RunResult
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 TRAMPOLINE_FD, STARTED_FD = 7, 8
 """The descriptors the trampoline reads its job from and says it started on, inside."""
+
 
 _PIPE_BYTES = 1024 * 1024
 
@@ -75,6 +76,7 @@ class Ready:
     key: Key
     capacity: int
     reaped: bool = False
+    count_fd: int = -1  # where its init writes what it counted (see bwrap.INIT_SCRIPT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,10 @@ class Prestarter:
         interpreter: The argv prefix of the interpreter that runs the trampoline.
         depth: Sandboxes kept ready per key.
         enforcement: How the backend enforces what rlimits and cgroups do not.
+        init_fds: ``init_fds()``: fresh descriptors ``{fd in the sandbox: memfd}`` the
+            argv's init needs (its binary, and at ``count_fd`` where it writes what it
+            counted: see ``bwrap.INIT_SCRIPT``); ``None`` for bwrap's own init.
+        count_fd: See ``init_fds``.
 
     Use it from one event loop; call :meth:`aclose` to reclaim what it holds.
     """
@@ -110,8 +116,12 @@ class Prestarter:
         interpreter: Sequence[str],
         depth: int,
         enforcement: Callable[[Limits], dict[str, str]],
+        init_fds: Callable[[], dict[int, int]] | None = None,
+        count_fd: int = -1,
     ) -> None:
         self._build = build_argv
+        self._init_fds = init_fds
+        self._count_fd = count_fd
         self._command = [
             *interpreter,
             "-c",
@@ -199,6 +209,9 @@ class Prestarter:
         request_read, request_write = os.pipe()
         started_read, started_write = os.pipe()
         fds = [request_read, started_write]
+        init = self._init_fds() if self._init_fds is not None else {}
+        fds += [fd for number, fd in init.items() if number != self._count_fd]
+        count_fd = init.get(self._count_fd, -1)
         try:
             with contextlib.suppress(OSError):
                 fcntl.fcntl(request_write, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
@@ -212,7 +225,12 @@ class Prestarter:
                 cpu_time_s=setup.cpu_time_s,
                 max_output_bytes=setup.max_output_bytes,
                 cgroup=cgroup,
-                fd_map={TRAMPOLINE_FD: request_read, STARTED_FD: started_write, 9: seccomp},
+                fd_map={
+                    TRAMPOLINE_FD: request_read,
+                    STARTED_FD: started_write,
+                    9: seccomp,
+                    **init,
+                },
                 want_report=True,
                 hold_fds=(5, 6),
             )
@@ -220,6 +238,8 @@ class Prestarter:
         except BaseException as error:
             os.close(request_write)
             os.close(started_read)
+            if count_fd >= 0:
+                os.close(count_fd)
             cgroup.remove()
             if not isinstance(error, Exception):
                 raise
@@ -229,7 +249,16 @@ class Prestarter:
             for fd in fds:
                 os.close(fd)
         capacity = fcntl.fcntl(request_write, fcntl.F_GETPIPE_SZ)
-        return Ready(launched, cgroup, request_write, started_read, self.key(limits), capacity)
+        return Ready(
+            launched,
+            cgroup,
+            request_write,
+            started_read,
+            self.key(limits),
+            capacity,
+            False,
+            count_fd,
+        )
 
     @staticmethod
     def _alive(ready: Ready) -> bool:
@@ -251,7 +280,7 @@ class Prestarter:
         if not ready.reaped:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(ready.launched.pid, 0)
-        for fd in (ready.request_fd, ready.started_fd, ready.launched.inner):
+        for fd in (ready.request_fd, ready.started_fd, ready.launched.inner, ready.count_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
         for fd in ready.launched.read_ends.values():
@@ -314,16 +343,22 @@ class Prestarter:
         try:
             launched = Launched(ready.launched.pid, read_ends, ready.launched.inner)
             outcome = await supervise(spec, launched, started=started)
+            count = os.pread(ready.count_fd, 64, 0) if ready.count_fd >= 0 else b""
         finally:
             cgroup.remove_soon()
             self._refill(limits)
-        return interpret(
+            if ready.count_fd >= 0:
+                os.close(ready.count_fd)
+        result = interpret(
             outcome,
             isolation="bwrap",
             enforcement={**how, "start": "prestarted sandbox (set up before the run, used once)"},
             shifted_signals=True,
             memory_bytes=limits.memory_bytes,
         )
+        # The trampoline's own writes: its start signal, the run's files and stdin.
+        ours = 1 + sum(len(content) for _, content in job.files) + len(job.stdin)
+        return with_init_count(result, count, not_the_runs=ours)
 
     @staticmethod
     async def started(ready: Ready) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal as signals
 from collections.abc import Mapping
@@ -143,6 +144,33 @@ def interpret(
         message=message,
         processes_started=outcome.processes_started,
         bytes_written=outcome.bytes_written,
+    )
+
+
+def with_init_count(result: RunResult, count: bytes, *, not_the_runs: int = 0) -> RunResult:
+    """``result`` with what a fresh sandbox's init counted (see ``bwrap.INIT_SCRIPT``).
+
+    Args:
+        result: The run's result.
+        count: What the init wrote: the PID namespace's last PID, then (where it could
+            read them) its ``wchar`` with and without what it reaped; empty if it was
+            killed before it counted.
+        not_the_runs: Bytes written by execgym's own code among those reaped (a
+            prestarted sandbox's trampoline writes the run's files and stdin).
+    """
+    try:
+        figures = [int(field) for field in count.split()]
+    except ValueError:
+        figures = []
+    if not figures:
+        return result
+    return dataclasses.replace(
+        result,
+        processes_started=figures[0] - 1,  # PID 1, the init, is ours
+        # As an ordinary user the init cannot read its own figures (it is not dumpable).
+        bytes_written=(
+            max(figures[1] - figures[2] - not_the_runs, 0) if len(figures) == 3 else None
+        ),
     )
 
 

@@ -12,7 +12,6 @@ so the program is unprivileged on the host too, not merely inside a user namespa
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import os
 import shutil
 import sys
@@ -25,7 +24,7 @@ from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._prestart import Job, Prestarter, prestart_possible
 from execgym.sandbox._process import memfd_with
 from execgym.sandbox._python import PythonAsFile, python_command
-from execgym.sandbox._results import sandbox_error
+from execgym.sandbox._results import sandbox_error, with_init_count
 from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
 from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
 from execgym.sandbox.base import RunResult
@@ -37,21 +36,22 @@ WORK_DIR = "/work"
 """The program's working directory inside the sandbox: a private, writable tmpfs."""
 
 _SECCOMP_FD = 9
-_FIRST_FILE_FD = 10
+_INIT_FD = 10  # the run's init, a shell binary (bwrap copies it in and closes the fd)
+_FIRST_FILE_FD = 11
 _INFO_FD, _BLOCK_FD = 5, 6  # bwrap holds the sandbox until its cgroup is set (see _process)
-_INIT_FD, _COUNT_FD = 7, 8  # the run's init (a shell binary) and where it counts processes
+COUNT_FD = 4  # where the init writes what it counted (dash takes one-digit fds only)
 _INIT_PATH = "/run/execgym/sh"  # named sh: a busybox shell picks its applet by name
 INIT_SCRIPT = (
-    '(exec "$@") 7>&- 8>&-; s=$?; read n </proc/sys/kernel/ns_last_pid; '
+    '(exec "$@") 4>&-; s=$?; read n </proc/sys/kernel/ns_last_pid; '
     'while read k v; do [ "$k" = wchar: ] && a=$v; done 2>/dev/null </proc/self/io; '
     'while read k v; do [ "$k" = wchar: ] && b=$v; done 2>/dev/null </proc/self/task/$$/io; '
-    'echo "$n $a $b" >&8; exit $s'
+    'echo "$n $a $b" >&4; exit $s'
 )
 """What the init of a fresh sandbox runs (``sh -c``), with the program's argv as ``$@``.
 
 The init is PID 1 of the run's PID namespace: it starts the program (PID 2; ``exec``, so
 a program named like a shell builtin is still the real one), reaps orphans while it
-waits, and as the program ends writes to fd 8 the namespace's last PID (so the number of
+waits, and as the program ends writes to fd 4 the namespace's last PID (so the number of
 processes and threads the run had) and ``wchar`` of ``/proc/self/io``, with and without
 what it reaped (what the run's processes wrote; see ``RunResult.bytes_written``).
 
@@ -198,11 +198,16 @@ class BubblewrapSandbox(PythonAsFile):
         if prestart > 0 and prestart_possible():
             self._prestarter = Prestarter(
                 lambda limits, command: self._argv(
-                    command, limits, ["--seccomp", str(_SECCOMP_FD)], hold=True
+                    command, limits, ["--seccomp", str(_SECCOMP_FD)], hold=True, init=True
                 ),
                 python_command("x")[:-1],
                 prestart,
                 self.enforcement,
+                init_fds=lambda: {
+                    _INIT_FD: memfd_with(self._init_binary, "execgym-init"),
+                    COUNT_FD: memfd_with(b"", "execgym-count"),
+                },
+                count_fd=COUNT_FD,
             )
             atexit.register(self._prestarter.close_now)
 
@@ -367,7 +372,7 @@ class BubblewrapSandbox(PythonAsFile):
         try:
             fd_map[_SECCOMP_FD] = memfd_with(seccomp_program(limits.network), "execgym-seccomp")
             fd_map[_INIT_FD] = memfd_with(self._init_binary, "execgym-init")
-            fd_map[_COUNT_FD] = memfd_with(b"", "execgym-count")
+            fd_map[COUNT_FD] = memfd_with(b"", "execgym-count")
             for offset, (name, content) in enumerate((files or {}).items()):
                 relative = safe_relative(name)
                 for parent in reversed(relative.parents[:-1]):
@@ -395,7 +400,7 @@ class BubblewrapSandbox(PythonAsFile):
                 shifted_signals=True,
                 enforcement=self.enforcement(limits),
             )
-            return _with_count(result, os.pread(fd_map[_COUNT_FD], 64, 0))
+            return with_init_count(result, os.pread(fd_map[COUNT_FD], 64, 0))
         except TaskError:
             raise
         except OSError as error:
@@ -403,19 +408,3 @@ class BubblewrapSandbox(PythonAsFile):
         finally:
             for fd in fd_map.values():
                 os.close(fd)
-
-
-def _with_count(result: RunResult, count: bytes) -> RunResult:
-    """``result`` with what its init counted (``count``: see :data:`INIT_SCRIPT`)."""
-    try:
-        figures = [int(field) for field in count.split()]
-    except ValueError:
-        figures = []
-    if not figures:  # killed before it could count
-        return result
-    return dataclasses.replace(
-        result,
-        processes_started=figures[0] - 1,  # PID 1, the init, is ours
-        # As an ordinary user the init cannot read its own figures (not dumpable).
-        bytes_written=max(figures[1] - figures[2], 0) if len(figures) == 3 else None,
-    )
