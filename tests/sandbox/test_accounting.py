@@ -105,17 +105,19 @@ async def test_the_warm_pool_counts_processes_and_bytes_written(pool) -> None:
         assert result.bytes_written == WRITTEN
 
 
-async def test_a_preloaded_harness_as_pid_1_is_not_counted_itself(pool) -> None:
-    """A trusted harness runs as the run's PID 1: only what it starts is counted."""
+async def test_a_preloaded_harness_as_pid_1_counts_as_the_program(pool) -> None:
+    """A trusted harness runs as the run's PID 1 once preloaded (as a script under an
+    init before): either way it is the run's program, counted with what it starts."""
     source = (
         b"import os\n"
         b"def main():\n"
-        b"    os.write(1, b'harness output is not the run\\'s\\n')\n"
+        b"    os.write(1, b'harness output\\n')\n"
         b"    pid = os.fork()\n"
         b"    if pid == 0:\n"
         b"        os.write(1, b'x' * 500)\n"
         b"        os._exit(0)\n"
         b"    os.waitpid(pid, 0)\n"
+        b"    os._exit(0)\n"  # as the judges' harnesses leave
         b"main()\n"
     )
     definitions = compile(source.rsplit(b"main()", 1)[0], "runner.py", "exec")
@@ -128,9 +130,25 @@ async def test_a_preloaded_harness_as_pid_1_is_not_counted_itself(pool) -> None:
         assert result.status is Status.OK, result
         assert result.stdout.endswith(b"x" * 500)
         seen.append((result.processes_started, result.bytes_written))
-    as_script = (2, 500 + len(b"harness output is not the run's\n"))
-    assert set(seen) <= {(1, 500), as_script}, seen
-    assert seen[-1] == (1, 500), seen
+    assert set(seen) == {(2, 500 + len(b"harness output\n"))}, seen
+
+
+async def test_a_judges_rollout_counts_the_same_on_the_pool_and_a_fresh_sandbox(
+    bwrap_sandbox, pool
+) -> None:
+    from execgym import Scorer, canonical_rollouts, load_dataset
+
+    tasks = load_dataset("humaneval")
+    rollouts = [r for r in canonical_rollouts(tasks) if r.rollout.task_id == "HumanEval/0"] * 3
+    figures = {}
+    for name, box in (("fresh", bwrap_sandbox), ("pool", pool)):
+        results = await Scorer(tasks, box).score(rollouts, workers=1)
+        runs = [r.judgement.run for r in results]
+        assert all(r.processes_started is not None for r in runs), runs
+        figures[name] = {(r.processes_started, r.bytes_written is not None) for r in runs}
+    # The harness and the solution's own process, on both; a fresh sandbox's init cannot
+    # read its I/O figures as an ordinary user, the pool's can.
+    assert figures == {"fresh": {(2, AS_ROOT)}, "pool": {(2, True)}}, figures
 
 
 async def test_a_run_killed_before_its_init_counts_has_no_process_count(
@@ -202,3 +220,42 @@ def test_the_results_line_and_the_broker_carry_both_figures() -> None:
     assert (line["processes_started"], line["bytes_written"]) == (4, 12)
     back = _scored_from_json(line, "ok").judgement.run
     assert (back.processes_started, back.bytes_written) == (4, 12)
+
+
+SIGNAL_PID_1 = b"""
+import os, signal, sys, time
+for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+    try:
+        os.kill(1, number)
+    except OSError:
+        pass
+time.sleep(0.2)
+print("still here")
+sys.exit(3)
+"""
+
+
+async def check_signals_to_pid_1_change_nothing(box) -> None:
+    result = await box.run_python(SIGNAL_PID_1)
+    assert (result.status, result.exit_code) == (Status.RUNTIME_ERROR, 3), result
+    assert result.stdout == b"still here\n"
+    assert result.processes_started == 1
+
+
+async def test_signals_to_pid_1_change_nothing(bwrap_sandbox, pool) -> None:
+    """As an ordinary user the program may signal its PID 1 (same uid): SIGINT used to end
+    the init (a shell, or Python's KeyboardInterrupt), which changed the run's result."""
+    for box in (bwrap_sandbox, pool):
+        await check_signals_to_pid_1_change_nothing(box)
+
+
+async def test_signals_to_a_prestarted_pid_1_change_nothing(prestarted_sandbox) -> None:
+    assert await prestarted_sandbox.prestart()
+    await check_signals_to_pid_1_change_nothing(prestarted_sandbox)
+
+
+@pytest.mark.parametrize("how", ["kill -TERM $$", "kill -SEGV $$", "kill -KILL $$"])
+async def test_the_inits_own_messages_never_reach_the_runs_stderr(bwrap_sandbox, how) -> None:
+    result = await bwrap_sandbox.run(["sh", "-c", how])
+    assert result.status is Status.SIGNALED, result
+    assert result.stderr == b""  # no "Terminated", "Segmentation fault", "Killed"

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from execgym import Verdict
+from execgym.errors import TaskError
 from execgym.judges import AssertJudge
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox import Status, WarmPoolSandbox
@@ -366,3 +367,16 @@ async def test_no_descriptor_of_the_host_or_the_zygote_reaches_a_pooled_run(bwra
             os.close(fd)
     assert result.status is Status.OK, result
     assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout
+
+
+async def test_a_large_environment_is_passed_or_refused_and_the_pool_lives_on(pool) -> None:
+    """A 100 KB value once overflowed the zygote's message buffer and killed the pool."""
+    code = b"import os; print(len(os.environ['BIG']))"
+    result = await pool.run_python(code, env={"BIG": "z" * 100_000})
+    assert (result.status, result.stdout) == (Status.OK, b"100000\n"), result
+    with pytest.raises(TaskError, match=r"env\[\d+\] is \d+ bytes"):
+        await pool.run_python(code, env={"BIG": "z" * 140_000})
+    with pytest.raises(TaskError, match="the warm pool passes at most"):
+        await pool.run_python(code, env={"A": "a" * 70_000, "B": "b" * 70_000})
+    result = await pool.run_python(code, env={"BIG": "ok"})
+    assert (result.status, result.stdout) == (Status.OK, b"2\n"), result

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import uuid
 
 import pytest
 
-from execgym.sandbox._process import ProcessSpec, memfd_with, spawn
+from execgym.sandbox._process import ProcessSpec, memfd_with, run_process, spawn
 from tests.conftest import processes_with
 
 
@@ -62,17 +63,22 @@ async def test_rlimits_are_set_before_the_program_runs() -> None:
     os.close(out_read)
 
 
-async def test_a_missing_program_is_an_oserror_not_a_run() -> None:
+async def test_a_missing_launcher_is_an_oserror_a_missing_program_exit_127() -> None:
+    """bwrap missing is ours to report; a program missing behind the gate is the program's
+    failure, found by the gate's shell on the run's PATH, as in any sandbox."""
     spec = ProcessSpec(
         argv=["execgym-no-such-program"],
         env={"PATH": "/usr/bin"},
         stdin=b"",
         wall_time_s=1,
         cpu_time_s=1,
-        max_output_bytes=100,
+        max_output_bytes=1000,
     )
     with pytest.raises(FileNotFoundError):
-        await spawn(spec, {}, stdout=1, stderr=2, stdin=None)
+        await spawn(dataclasses.replace(spec, hold_fds=(5, 6)), {}, stdout=1, stderr=2, stdin=None)
+    outcome = await run_process(spec)
+    assert os.WEXITSTATUS(outcome.wait_status) == 127
+    assert b"execgym-no-such-program" in outcome.stderr
 
 
 async def test_a_cancelled_spawn_leaves_no_process(monkeypatch) -> None:

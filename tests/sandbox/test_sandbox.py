@@ -630,3 +630,17 @@ async def test_the_hosts_inheritable_descriptors_never_reach_the_program(sandbox
     assert result.status is Status.OK, result
     # 0-2, and the descriptor the listing itself holds open (the lowest free one: 3)
     assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout
+
+
+async def test_a_missing_program_is_exit_127_on_every_tier(sandbox) -> None:
+    """The program's failure (it is not there), as a shell would say, never ours."""
+    result = await sandbox.run(["no-such-program-anywhere", "x"])
+    assert result.status is Status.RUNTIME_ERROR, result
+    if sandbox.name != "gvisor":  # runsc says 128 (and names the program too)
+        assert result.exit_code == 127, result
+    assert b"no-such-program-anywhere" in result.stderr
+
+
+async def test_the_unisolated_environment_has_nothing_of_the_hosts(none_sandbox) -> None:
+    result = await none_sandbox.run(python("import os; print(sorted(os.environ))"))
+    assert "OLDPWD" not in json.loads(result.stdout.replace(b"'", b'"')), result.stdout

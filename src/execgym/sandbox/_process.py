@@ -170,7 +170,8 @@ _DEFAULT_SIGNALS = tuple(
 
 def _gate_script(gate_fd: int, cwd: str | None) -> str:
     # Wait for one line on the gate; on EOF (we died) exit without starting anything.
-    change_dir = f"cd -- {shlex.quote(cwd)} || exit 126; " if cwd else ""
+    # cd sets OLDPWD, the host's directory: the program's environment is only its own.
+    change_dir = f"cd -- {shlex.quote(cwd)} || exit 126; unset OLDPWD; " if cwd else ""
     return f'IFS= read -r _ <&{gate_fd} || exit 125; exec {gate_fd}<&-; {change_dir}exec "$@"'
 
 
@@ -237,7 +238,11 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> tuple[int, int]:
         OSError: if the program is not found or the child cannot be started, placed
             or released (it is killed and reaped first).
     """
-    program, *argv = [_find_program(spec.argv[0], spec.env), *spec.argv[1:]]
+    # bwrap is ours to find; a program behind the gate is the shell's to find, on the
+    # run's PATH and from its working directory: a missing one is then exit 127, the
+    # program's failure as in any sandbox, not ours.
+    first = _find_program(spec.argv[0], spec.env) if spec.hold_fds else spec.argv[0]
+    program, *argv = [first, *spec.argv[1:]]
     # Every source of a dup2 sits above every target, so no action undoes another.
     floor = max(*parked, *(spec.hold_fds or ()), 9) + 1
     hold_read, hold_write = _above(os.pipe(), floor)

@@ -109,22 +109,12 @@ def _wchar(path: str) -> int | None:
 
 
 def total_bytes_written(zombie: int) -> int | None:
-    """Like :func:`reaped_bytes_written`, with the writes of ``zombie`` itself."""
-    return _wchar(f"/proc/{zombie}/io")
+    """Bytes ``zombie`` and every child it reaped wrote, read before it is reaped itself.
 
-
-def reaped_bytes_written(zombie: int) -> int | None:
-    """Bytes written by the processes ``zombie`` reaped, read before it is reaped itself.
-
-    ``/proc/<pid>/io``'s ``wchar`` of a process counts what it and every child it
-    reaped (theirs included, down the tree) passed to ``write``-family system calls;
-    ``/proc/<pid>/task/<pid>/io`` is its main thread's own share, left out here. Read it
-    while ``zombie`` has exited but is not yet reaped (``waitid(..., WNOWAIT)``): the
-    figures are final then. ``None`` if ``/proc`` does not tell (no I/O accounting in
-    the kernel, or not allowed).
+    ``/proc/<pid>/io``'s ``wchar`` counts what a process and every child it reaped
+    (theirs included, down the tree) passed to ``write``-family system calls; read it
+    once ``zombie`` has exited but before it is reaped: the figure is final then.
+    ``None`` if ``/proc`` does not tell (no I/O accounting in the kernel, or not
+    allowed: Linux 6.x lets only root read a zombie's figures).
     """
-    total = _wchar(f"/proc/{zombie}/io")
-    own = _wchar(f"/proc/{zombie}/task/{zombie}/io")
-    if total is None or own is None:
-        return None
-    return max(total - own, 0)
+    return _wchar(f"/proc/{zombie}/io")

@@ -30,11 +30,11 @@ pool prepends :mod:`execgym.sandbox._proctree` (``tree_cpu_time_s``) to this sou
 reports ``{"run": id, "status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
 a child ends (``{"run": id, "error": why}`` if it could not be forked), and kills a
 run's process on ``{"kill": id}``. With the end it reports ``"processes"``, what the run
-started, and ``"written"``, the bytes the run's processes wrote: its init counts the PID
-namespace's PIDs and reads its own ``wchar`` (which includes every process it reaped) as
-it ends, into a page of memory shared with the zygote only (the program's processes
-unmap it before any untrusted code runs). For a run killed before that, root reads the
-zombie init's figures (``reaped_bytes_written``); an ordinary user gets ``None``.
+started, and ``"written"``, the bytes the run's processes wrote: its PID 1 kills and
+reaps what is left, then counts the PID namespace's PIDs and reads its own ``wchar``
+(which includes every process it reaped) into a page of memory shared with the zygote
+only (the program's processes unmap it before any untrusted code runs); ``None`` for a
+run killed before that.
 """
 
 import array
@@ -218,12 +218,22 @@ def open_io():
     """This process's I/O figures, whole and main thread's, opened while it may.
 
     Once it has dropped to another uid or is not dumpable, it could no longer open them;
-    a descriptor opened before still reads its own, current figures.
+    a descriptor opened before still reads its own, current figures. The third item is
+    its own ``wchar`` so far (its set-up's writes, such as joining its cgroups).
     """
     try:
-        return os.open("/proc/self/io", os.O_RDONLY), os.open("/proc/thread-self/io", os.O_RDONLY)
-    except OSError:
+        whole = os.open("/proc/self/io", os.O_RDONLY)
+        own = os.open("/proc/thread-self/io", os.O_RDONLY)
+        return whole, own, wchar(own)
+    except (OSError, ValueError):
         return None
+
+
+def new_counter():
+    """A page shared with one run's PID 1: processes started, bytes written (-1: none)."""
+    counter = mmap.mmap(-1, 16)
+    counter[0:16] = b"\xff" * 16
+    return counter
 
 
 def wchar(fd):
@@ -233,20 +243,48 @@ def wchar(fd):
     raise ValueError("no wchar")
 
 
-def count_run(counter, io):
-    """As the run's init, as it ends: what the run started and wrote, into ``counter``.
+def count_run(counter, io, is_program):
+    """As the run's PID 1, as the run ends: what it started and wrote, into ``counter``.
 
-    PIDs of a new namespace are handed out in order from 1, so the last one is the
-    number of processes and threads it ever had (unless more than ``pid_max`` did).
-    What the processes it reaped wrote is its whole ``wchar`` less its own thread's.
+    Every other process of the namespace is killed and reaped first: a reaped process's
+    writes join its reaper's ``wchar`` (the kernel's own reaping, when PID 1 exits,
+    would drop them). PIDs of a new namespace are handed out in order from 1, so the
+    last one is the number of processes and threads it ever had (unless more than
+    ``pid_max`` did). ``is_program``: PID 1 is the run's program itself (a preloaded
+    harness), so it and its own writes count; else it is only the init.
     """
     try:
+        os.kill(-1, signal.SIGKILL)  # from PID 1: every other process of the namespace
+    except OSError:
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except OSError:
+            break
+    try:
         with open("/proc/sys/kernel/ns_last_pid", "rb") as handle:
-            last = int(handle.read())
-        written = wchar(io[0]) - wchar(io[1]) if io is not None else -1
-        counter[0:16] = last.to_bytes(8, "little") + written.to_bytes(8, "little", signed=True)
+            started = int(handle.read()) - (0 if is_program else 1)
+        written = -1
+        if io is not None:  # a program's own writes count, not its set-up's
+            written = wchar(io[0]) - (io[2] if is_program else wchar(io[1]))
+        counter[0:16] = started.to_bytes(8, "little") + written.to_bytes(8, "little", signed=True)
     except (OSError, ValueError):
         pass
+
+
+def counting_exit(counter, io):
+    """``os._exit`` for a preloaded harness as PID 1: count the run, then exit."""
+    real_exit = os._exit
+
+    def exit_now(code):
+        if os.getpid() == 1:
+            count_run(counter, io, True)
+        real_exit(code)
+
+    return exit_now
 
 
 def become_program(header, fds, seccomp, counter):
@@ -259,10 +297,14 @@ def become_program(header, fds, seccomp, counter):
     stdin, stdout, stderr, report, files, script = fds
     code, entry = PROGRAMS.get(header.get("program"), (None, None))
     as_init = code is not None
-    if as_init:
+    if as_init:  # the solution processes it forks get neither the page nor the ignore
         os.register_at_fork(after_in_child=counter.close)
+        os.register_at_fork(
+            after_in_child=lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
+        )
     else:
         counter.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored in PID 1
     io = None
     if code is None:
         code = compile(read_all(script).decode("utf-8"), "runner.py", "exec")
@@ -276,6 +318,7 @@ def become_program(header, fds, seccomp, counter):
     os.closerange(4 if report >= 0 else 3, 65536)  # fd 3 may hold a namespace otherwise
     if as_init:
         io = open_io()
+        os._exit = counting_exit(counter, io)  # the harnesses leave with os._exit
     for kind, soft, hard in header["rlimits"]:
         resource.setrlimit(kind, (soft, hard))
     for cap in range(64):
@@ -317,8 +360,6 @@ def become_program(header, fds, seccomp, counter):
             stream.flush()
         except BaseException:
             pass
-    if as_init:
-        count_run(counter, io)
     os._exit(code)
 
 
@@ -357,7 +398,7 @@ def join_cgroups(paths):
 def receive(sock):
     """One message and the descriptors that came with it."""
     fds = array.array("i")
-    message, ancillary, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
+    message, ancillary, _, _ = sock.recvmsg(1 << 18, socket.CMSG_SPACE(16 * 4))
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
@@ -401,6 +442,9 @@ def init_process(header, fds, seccomp, network, counter, attached=False):
     exits, the kernel kills every process left in the namespace.
     """
     try:
+        # A program of the same uid may signal its PID 1; Python would turn SIGINT into
+        # KeyboardInterrupt here. Other signals have no handler, so the kernel drops them.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if not attached:
             join_cgroups(header["cgroup_procs"])
         os.setsid()
@@ -432,7 +476,7 @@ def init_process(header, fds, seccomp, network, counter, attached=False):
             pid, status = os.waitpid(-1, 0)
             if pid == program:
                 break
-        count_run(counter, open_io())
+        count_run(counter, open_io(), False)
         if os.WIFSIGNALED(status):
             os._exit(128 + os.WTERMSIG(status))
         os._exit(os.WEXITSTATUS(status))
@@ -507,7 +551,7 @@ def serve():
                 if slot is not None:
                     slot[1].close()
                 flags = NAMESPACES if network is not None else NAMESPACES | CLONE_NEWNET
-                counter = mmap.mmap(-1, 16)  # shared with the child
+                counter = new_counter()  # shared with the child
                 try:
                     pid = clone_into_namespaces(flags)
                 except OSError as error:  # this run fails, not the pool (EAGAIN, ENOMEM...)
@@ -540,7 +584,7 @@ def serve():
 def stage(header, control, seccomp, runs, staged, counters):
     """Clone a run's init ahead of its job (see :func:`staged_init`)."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    counter = mmap.mmap(-1, 16)  # shared with the child
+    counter = new_counter()  # shared with the child
     try:
         pid = clone_into_namespaces(NAMESPACES)
     except OSError as error:  # the run that would have used it gets a fresh clone instead
@@ -589,21 +633,18 @@ def enforce(polled, killed_cpu):
 
 def reap(control, runs, networks, staged, killed_cpu, polled, counters):
     while runs:
-        try:  # look first: its I/O figures are gone once it is reaped
-            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
-        if ended is None or ended.si_pid == 0:
+        if pid == 0:
             return
-        counter = counters.pop(ended.si_pid, None)
-        last, written = 0, -1
+        counter = counters.pop(pid, None)
+        started = written = -1  # not counted: killed before its PID 1 could
         if counter is not None:
-            last = int.from_bytes(counter[0:8], "little")
+            started = int.from_bytes(counter[0:8], "little", signed=True)
             written = int.from_bytes(counter[8:16], "little", signed=True)
             counter.close()
-        if written < 0:  # killed before its init counted: root may read the zombie's
-            written = reaped_bytes_written(ended.si_pid)  # noqa: F821 (from _proctree.py)
-        pid, status, usage = os.wait4(ended.si_pid, 0)
         run, network = runs.pop(pid, (None, None))
         _, _, peak, why = polled.pop(pid, (None, None, 0, None))
         if network is not None:
@@ -622,8 +663,8 @@ def reap(control, runs, networks, staged, killed_cpu, polled, counters):
                         "maxrss_kb": usage.ru_maxrss,
                         "peak_bytes": peak,
                         "killed_for": why,
-                        "processes": last - 1 if last > 0 else None,  # not its init
-                        "written": written,
+                        "processes": started if started >= 0 else None,
+                        "written": written if written >= 0 else None,
                     }
                 ).encode()
             )

@@ -44,16 +44,19 @@ class RunResult:
         cpu_time_s: User + system CPU seconds of the whole tree (cgroup) or of the
             processes that were waited for (rusage).
         peak_memory_bytes: Peak memory of the run, or ``None`` if it cannot be measured.
-        processes_started: Processes and threads the run started (each takes a PID of
-            the run's PID namespace; its init and execgym's harness are not counted),
-            read from the namespace's ``ns_last_pid`` by the run's init as it ends.
-            ``None`` where it is not counted: a run killed before its init could count
-            (a limit, a timeout), the ``none`` tier (no PID namespace) and gVisor.
-        bytes_written: Bytes the run's processes passed to ``write``-family system
-            calls (files, pipes, stdout and stderr alike), from Linux's per-task I/O
-            accounting (``wchar`` in ``/proc/PID/io``), summed over every process the
-            run's init reaped; the init's and execgym harness's own writes are left
-            out. ``None`` where it is not measured (gVisor: its kernel is in user space).
+        processes_started: Processes and threads the run's program started, itself
+            included (each takes a PID of the run's PID namespace; the namespace's init
+            is not counted), read from the namespace's ``ns_last_pid`` by the init as it
+            ends; past ``pid_max`` it wraps. ``None`` where it is not counted: a run
+            killed before its init could count (a limit, a timeout), the ``none`` tier
+            (no PID namespace) and gVisor.
+        bytes_written: Bytes the program and its processes passed to ``write``-family
+            system calls (files, pipes, stdout and stderr alike), from Linux's per-task
+            I/O accounting (``wchar`` in ``/proc/PID/io``), summed over the processes
+            the run's init reaped (on a fresh sandbox, a process still running when the
+            program ends is not). ``None`` where it is not measured: a run killed first,
+            gVisor (its kernel is in user space), a fresh sandbox as an ordinary user
+            (its init cannot read its own figures), the ``none`` tier as one.
         limit_hit: The :class:`~execgym.limits.Limits` field that ended the run, if any.
         isolation: The backend's name: ``"bwrap"`` or ``"none"``.
         enforcement: For each limit, how it was enforced on this host, for example

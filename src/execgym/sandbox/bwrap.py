@@ -42,16 +42,21 @@ _INFO_FD, _BLOCK_FD = 5, 6  # bwrap holds the sandbox until its cgroup is set (s
 COUNT_FD = 4  # where the init writes what it counted (dash takes one-digit fds only)
 _INIT_PATH = "/run/execgym/sh"  # named sh: a busybox shell picks its applet by name
 INIT_SCRIPT = (
-    '(exec "$@") 4>&-; s=$?; read n </proc/sys/kernel/ns_last_pid; '
-    'while read k v; do [ "$k" = wchar: ] && a=$v; done 2>/dev/null </proc/self/io; '
-    'while read k v; do [ "$k" = wchar: ] && b=$v; done 2>/dev/null </proc/self/task/$$/io; '
+    "exec 6>&2 2>/dev/null; trap '' INT QUIT; "
+    '(trap - INT QUIT; exec "$@" 2>&6 6>&- 4>&-); s=$?; '
+    "read n </proc/sys/kernel/ns_last_pid; "
+    'while read k v; do [ "$k" = wchar: ] && a=$v; done </proc/self/io; '
+    'while read k v; do [ "$k" = wchar: ] && b=$v; done </proc/self/task/$$/io; '
     'echo "$n $a $b" >&4; exit $s'
 )
 """What the init of a fresh sandbox runs (``sh -c``), with the program's argv as ``$@``.
 
 The init is PID 1 of the run's PID namespace: it starts the program (PID 2; ``exec``, so
-a program named like a shell builtin is still the real one), reaps orphans while it
-waits, and as the program ends writes to fd 4 the namespace's last PID (so the number of
+a program named like a shell builtin is still the real one) and reaps orphans while it
+waits. The shell's own messages (such as "Killed" for its child) go to /dev/null, the
+program keeps the run's stderr; SIGINT and SIGQUIT, which the shell would catch, are
+ignored by it and default in the program, so the program cannot end its PID 1. As the
+program ends, the init writes to fd 4 the namespace's last PID (so the number of
 processes and threads the run had) and ``wchar`` of ``/proc/self/io``, with and without
 what it reaped (what the run's processes wrote; see ``RunResult.bytes_written``).
 

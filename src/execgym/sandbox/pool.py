@@ -38,14 +38,14 @@ from importlib import resources
 from types import TracebackType
 from typing import Any
 
-from execgym.errors import SandboxSetupFailed, SandboxUnavailable
+from execgym.errors import SandboxSetupFailed, SandboxUnavailable, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
 from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._process import memfd_with, outcome_of
 from execgym.sandbox._python import python_command
 from execgym.sandbox._results import interpret, sandbox_error
-from execgym.sandbox._run import BASE_ENV, enforcement_of
+from execgym.sandbox._run import BASE_ENV, check_exec_size, enforcement_of
 from execgym.sandbox._seccomp import seccomp_program
 from execgym.sandbox._supervise import Supervisor
 from execgym.sandbox._trusted import (
@@ -81,6 +81,10 @@ _ZYGOTE_CAPS = (
     "CAP_DAC_OVERRIDE",
 )
 _START_TIMEOUT_S = 10.0
+MAX_ENV_BYTES = 128 * 1024
+"""The largest environment (as JSON, bytes) a pooled run takes: a run's header, its
+environment included, is one message to the zygote, and Linux caps a Unix socket
+message near 208 KiB (``net.core.wmem_default``)."""
 _runs = itertools.count(1)
 
 
@@ -371,9 +375,19 @@ class WarmPoolSandbox:
         """Run a Python script forked from the warm zygote; see :meth:`Sandbox.run_python`.
 
         Raises:
-            TaskError: if a file name would escape the work dir.
+            TaskError: if a file name would escape the work dir, an environment entry
+                is over Linux's 128 KiB, or the whole environment over
+                :data:`MAX_ENV_BYTES` (it travels in one message to the zygote).
         """
         archive = _archive(files or {})
+        full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+        check_exec_size(["python"], full_env)
+        size = len(json.dumps(full_env))
+        if size > MAX_ENV_BYTES:
+            raise TaskError(
+                f"the environment takes {size} bytes; the warm pool passes at most "
+                f"{MAX_ENV_BYTES}: pass large data as a file, or run without the warm pool"
+            )
         try:
             await self.start()
         except SandboxSetupFailed as error:
@@ -384,7 +398,7 @@ class WarmPoolSandbox:
             return sandbox_error(self.name, f"could not create the run's cgroup: {error}")
         try:
             return await self._run_forked(
-                source, stdin, archive, limits, env, want_report, cgroup, slot
+                source, stdin, archive, limits, full_env, want_report, cgroup, slot
             )
         except (OSError, SandboxSetupFailed) as error:
             return sandbox_error(self.name, f"the warm pool could not run it: {error}")
@@ -464,7 +478,7 @@ class WarmPoolSandbox:
             "uid": SANDBOX_UID if self._as_root else None,
             "network": limits.network,
             "disk_bytes": limits.disk_bytes,
-            "env": {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})},
+            "env": env,
             "cgroup_procs": _procs_in_zygote(cgroup),
             "staged": slot,
             "program": program,
