@@ -135,6 +135,23 @@ def no_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.setattr(module, "detect_cgroups", lambda: none)
 
 
+LIST_FDS = "import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
+"""A Python program that prints its open descriptors as a JSON list."""
+
+
+@pytest.fixture
+def inheritable_host_pipe() -> Iterable[int]:
+    """A host pipe's write end on fd 200, inheritable: as a trainer's launcher might leave
+    one. Yields its number; closed afterwards."""
+    read_end, write_end = os.pipe()
+    leaked = os.dup2(write_end, 200, inheritable=True)
+    try:
+        yield leaked
+    finally:
+        for fd in (read_end, write_end, leaked):
+            os.close(fd)
+
+
 @pytest.fixture
 def needs_cgroup() -> None:
     host = detect_cgroups()

@@ -16,7 +16,7 @@ from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox import Status, WarmPoolSandbox
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.tasks import Task
-from tests.conftest import processes_with, run_cgroups, toolchain_dirs
+from tests.conftest import LIST_FDS, processes_with, run_cgroups, toolchain_dirs
 
 
 @pytest.fixture
@@ -352,19 +352,13 @@ async def test_without_a_cgroup_the_zygote_samples_and_enforces_cpu_and_memory(
         assert (fine.status, fine.stdout) == (Status.OK, b"ok\n"), fine
 
 
-async def test_no_descriptor_of_the_host_or_the_zygote_reaches_a_pooled_run(bwrap_sandbox) -> None:
+async def test_no_descriptor_of_the_host_or_the_zygote_reaches_a_pooled_run(
+    bwrap_sandbox, inheritable_host_pipe
+) -> None:
     """Only 0-2 and the listing's own: no inheritable host pipe (the zygote starts with
     the pool), and not the reused network namespace a staged init held on fd 3."""
-    read_end, write_end = os.pipe()
-    leaked = os.dup2(write_end, 200, inheritable=True)
-    try:
-        async with WarmPoolSandbox() as box:
-            result = await box.run_python(
-                b"import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
-            )
-    finally:
-        for fd in (read_end, write_end, leaked):
-            os.close(fd)
+    async with WarmPoolSandbox() as box:  # started with the host pipe open
+        result = await box.run_python(LIST_FDS.encode())
     assert result.status is Status.OK, result
     assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout
 

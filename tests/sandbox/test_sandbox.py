@@ -21,7 +21,14 @@ from execgym.errors import ConfigError, SandboxUnavailable, TaskError
 from execgym.limits import Limits, MiB
 from execgym.sandbox import BubblewrapSandbox, Status, create_sandbox
 from execgym.sandbox._cgroup import detect_cgroups
-from tests.conftest import processes_with, python, require, run_cgroups, toolchain_dirs
+from tests.conftest import (
+    LIST_FDS,
+    processes_with,
+    python,
+    require,
+    run_cgroups,
+    toolchain_dirs,
+)
 
 
 async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
@@ -615,18 +622,11 @@ async def test_a_command_too_big_to_exec_is_the_callers_error(sandbox) -> None:
     assert len(result.stdout) == 100_001
 
 
-LIST_FDS = "import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
-
-
-async def test_the_hosts_inheritable_descriptors_never_reach_the_program(sandbox) -> None:
+async def test_the_hosts_inheritable_descriptors_never_reach_the_program(
+    sandbox, inheritable_host_pipe
+) -> None:
     """A host pipe execgym did not open (inherited from whoever started it) stays out."""
-    read_end, write_end = os.pipe()
-    leaked = os.dup2(write_end, 200, inheritable=True)
-    try:
-        result = await sandbox.run(python(LIST_FDS))
-    finally:
-        for fd in (read_end, write_end, leaked):
-            os.close(fd)
+    result = await sandbox.run(python(LIST_FDS))
     assert result.status is Status.OK, result
     # 0-2, and the descriptor the listing itself holds open (the lowest free one: 3)
     assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout
