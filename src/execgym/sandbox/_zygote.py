@@ -28,13 +28,15 @@ The zygote itself never reads a job's contents (they stay in the passed descript
 so no rollout can find another's program, tests or nonce in memory it inherits. The
 pool prepends :mod:`execgym.sandbox._proctree` (``tree_cpu_time_s``) to this source. It
 reports ``{"run": id, "status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
-a child ends (``{"run": id, "error": why}`` if it could not be forked), and kills a
+a run ends (``{"run": id, "error": why}`` if it could not be forked), and kills a
 run's process on ``{"kill": id}``. With the end it reports ``"processes"``, what the run
 started, and ``"written"``, the bytes the run's processes wrote: its PID 1 kills and
 reaps what is left, then counts the PID namespace's PIDs and reads its own ``wchar``
 (which includes every process it reaped) into a page of memory shared with the zygote
-only (the program's processes unmap it before any untrusted code runs); ``None`` for a
-run killed before that.
+only (the program's processes close it before any untrusted code runs); ``None`` for a
+run killed before that. The same page carries the run's status and usage, so the run is
+reported as soon as PID 1 has written it, while PID 1's own exit (the teardown of the
+run's namespaces) goes on in parallel (see :class:`RunEnd`).
 """
 
 import array
@@ -229,11 +231,67 @@ def open_io():
         return None
 
 
-def new_counter():
-    """A page shared with one run's PID 1: processes started, bytes written (-1: none)."""
-    counter = mmap.mmap(-1, 16)
-    counter[0:16] = b"\xff" * 16
-    return counter
+class RunEnd:
+    """How a run's PID 1 reports the run's end to the zygote, before PID 1 itself exits.
+
+    A page shared with that PID 1 only (the program's processes close it before any
+    untrusted code runs) holds six 8-byte integers, -1 until set: processes started,
+    bytes written, the wait status, CPU microseconds and peak resident kilobytes (the
+    run's PID 1 and everything it reaped, as ``wait4`` would give), then ``DONE`` once
+    the others are final. One byte on a pipe then wakes the zygote, which reports the
+    run at once: the exit of PID 1, which tears the run's namespaces down (about 0.6 ms
+    here), no longer delays the result. PID 1 writes the page only after every other
+    process of the namespace is killed and reaped, so nothing of the run is left
+    running by then. A run whose PID 1 dies first (killed) is reported when reaped.
+    """
+
+    DONE = 0x45584547594D  # "EXEGYM"
+
+    def __init__(self):
+        self.page = mmap.mmap(-1, 48)
+        self.page[0:48] = b"\xff" * 48
+        self.wake, self.notify = os.pipe()  # the zygote reads, PID 1 writes
+
+    def in_zygote(self):
+        """After the clone: the zygote keeps only the page and the reading end."""
+        os.close(self.notify)
+        self.notify = -1
+
+    def in_run(self):
+        """After the clone, in the run's PID 1: only the page and the writing end."""
+        os.close(self.wake)
+        self.wake = -1
+
+    def close(self):
+        """Drop both (another run's, or in a process that must not report)."""
+        self.page.close()
+        for fd in (self.wake, self.notify):
+            if fd >= 0:
+                os.close(fd)
+        self.wake = self.notify = -1
+
+    def field(self, index):
+        return int.from_bytes(self.page[8 * index : 8 * index + 8], "little", signed=True)
+
+    def set_field(self, index, value):
+        self.page[8 * index : 8 * index + 8] = int(value).to_bytes(8, "little", signed=True)
+
+    def finish(self, exit_code):
+        """As PID 1, once the run is counted: its status and usage, then the wake-up."""
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_s = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+        self.set_field(2, (exit_code & 0xFF) << 8)
+        self.set_field(3, round(cpu_s * 1e6))
+        self.set_field(4, max(own.ru_maxrss, reaped.ru_maxrss))
+        self.set_field(5, self.DONE)
+        try:
+            os.write(self.notify, b"!")
+        except OSError:
+            pass  # the zygote is gone: nobody to tell
+
+    def finished(self):
+        return self.field(5) == self.DONE
 
 
 def wchar(fd):
@@ -243,8 +301,8 @@ def wchar(fd):
     raise ValueError("no wchar")
 
 
-def count_run(counter, io, is_program):
-    """As the run's PID 1, as the run ends: what it started and wrote, into ``counter``.
+def count_run(end, io, is_program):
+    """As the run's PID 1, as the run ends: what it started and wrote, into ``end``.
 
     Every other process of the namespace is killed and reaped first: a reaped process's
     writes join its reaper's ``wchar`` (the kernel's own reaping, when PID 1 exits,
@@ -268,40 +326,42 @@ def count_run(counter, io, is_program):
         written = -1
         if io is not None:  # a program's own writes count, not its set-up's
             written = wchar(io[0]) - (io[2] if is_program else wchar(io[1]))
-        counter[0:16] = started.to_bytes(8, "little") + written.to_bytes(8, "little", signed=True)
+        end.set_field(0, started)
+        end.set_field(1, written)
     except (OSError, ValueError):
         pass  # the page keeps -1: the run reports null, as for a run killed first
 
 
-def counting_exit(counter, io):
-    """``os._exit`` for a preloaded harness as PID 1: count the run, then exit."""
+def counting_exit(end, io):
+    """``os._exit`` for a preloaded harness as PID 1: count the run, report, then exit."""
     real_exit = os._exit
 
     def exit_now(code):
         if os.getpid() == 1:
-            count_run(counter, io, True)
+            count_run(end, io, True)
+            end.finish(code)
         real_exit(code)
 
     return exit_now
 
 
-def become_program(header, fds, seccomp, counter):
+def become_program(header, fds, seccomp, end):
     """PID 2 of the run: take the run's descriptors, drop everything, run the script.
 
-    A preloaded harness runs here as PID 1 instead: it keeps ``counter`` (its forks
-    unmap it at once) and counts the run's processes when it returns.
+    A preloaded harness runs here as PID 1 instead: it keeps ``end`` (its :class:`RunEnd`;
+    its forks close it at once) and counts and reports the run when it exits.
     """
     os.chdir("/work")
     stdin, stdout, stderr, report, files, script = fds
     code, entry = PROGRAMS.get(header.get("program"), (None, None))
     as_init = code is not None
     if as_init:  # the solution processes it forks get neither the page nor the ignore
-        os.register_at_fork(after_in_child=counter.close)
+        os.register_at_fork(after_in_child=end.close)
         os.register_at_fork(
             after_in_child=lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
         )
     else:
-        counter.close()
+        end.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored in PID 1
     io = None
     if code is None:
@@ -313,10 +373,14 @@ def become_program(header, fds, seccomp, counter):
     if header["uid"] is not None:
         os.chown("/work", header["uid"], header["uid"])
     write_files(files)
-    os.closerange(4 if report >= 0 else 3, 65536)  # fd 3 may hold a namespace otherwise
-    if as_init:
+    first = 4 if report >= 0 else 3  # fd 3 may hold a namespace otherwise
+    if as_init:  # it keeps only the way to report the run's end (not under 4: see serve)
+        os.closerange(first, end.notify)
+        os.closerange(end.notify + 1, 65536)
         io = open_io()
-        os._exit = counting_exit(counter, io)  # the harnesses leave with os._exit
+        os._exit = counting_exit(end, io)  # the harnesses leave with os._exit
+    else:
+        os.closerange(first, 65536)
     for kind, soft, hard in header["rlimits"]:
         resource.setrlimit(kind, (soft, hard))
     for cap in range(64):
@@ -410,7 +474,7 @@ def slots_of(header, fds):
     return slots
 
 
-def staged_init(cgroup_procs, sock, seccomp, counter):
+def staged_init(cgroup_procs, sock, seccomp, end):
     """A run's PID 1 made ahead of its run: it joins its cgroup, then waits for the job.
 
     Moving a process into a memory cgroup sleeps for several milliseconds on some
@@ -430,10 +494,10 @@ def staged_init(cgroup_procs, sock, seccomp, counter):
         os._exit(0)  # the pool closed, or dropped this slot
     header = json.loads(message)
     network = fds.pop() if header["network"] == "none" else "new"
-    init_process(header, slots_of(header, fds), seccomp[header["network"]], network, counter, True)
+    init_process(header, slots_of(header, fds), seccomp[header["network"]], network, end, True)
 
 
-def init_process(header, fds, seccomp, network, counter, attached=False):
+def init_process(header, fds, seccomp, network, end, attached=False):
     """PID 1 of the run's namespaces: set up, start the program, reap until it ends.
 
     Exits with the program's exit code, or 128 + N if signal N killed it; when it
@@ -456,14 +520,14 @@ def init_process(header, fds, seccomp, network, counter, attached=False):
             # PID 1 itself (it waits for the processes it starts; when it exits, the
             # kernel kills the rest of the namespace), which saves a fork per run.
             try:
-                become_program(header, fds, seccomp, counter)
+                become_program(header, fds, seccomp, end)
             except BaseException as error:
                 os.write(2, f"execgym zygote: setup failed: {error!r}\n".encode())
             os._exit(125)
         program = os.fork()
         if program == 0:
             try:
-                become_program(header, fds, seccomp, counter)
+                become_program(header, fds, seccomp, end)
             except BaseException as error:
                 os.write(2, f"execgym zygote: setup failed: {error!r}\n".encode())
             os._exit(125)
@@ -474,10 +538,10 @@ def init_process(header, fds, seccomp, network, counter, attached=False):
             pid, status = os.waitpid(-1, 0)
             if pid == program:
                 break
-        count_run(counter, open_io(), False)
-        if os.WIFSIGNALED(status):
-            os._exit(128 + os.WTERMSIG(status))
-        os._exit(os.WEXITSTATUS(status))
+        count_run(end, open_io(), False)
+        code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        end.finish(code)
+        os._exit(code)
     except BaseException as error:
         os.write(2, f"execgym zygote: init failed: {error!r}\n".encode())
         os._exit(125)
@@ -491,7 +555,7 @@ def serve():
     control.setblocking(True)
     seccomp = {}
     runs = {}  # pid -> (run id or None while staged, reused network namespace or None)
-    counters = {}  # pid -> the page its init writes the run's process count to
+    ends = {}  # pid -> the RunEnd its PID 1 reports the run's end through
     staged = {}  # slot id -> (pid of a staged init, socket to send it its job)
     networks = NetworkNamespaces()
     killed_cpu = {}  # pid -> CPU seconds its tree had used when we killed it
@@ -505,12 +569,16 @@ def serve():
     )
     while True:
         timeout = POLL_S if polled else None
-        readable, _, _ = select.select([control, wake_read], [], [], timeout)
+        waking = {end.wake: pid for pid, end in ends.items() if end.wake >= 0}
+        readable, _, _ = select.select([control, wake_read, *waking], [], [], timeout)
         if polled:
             enforce(polled, killed_cpu)
+        for fd in readable:
+            if fd in waking:
+                report_early(control, waking[fd], ends, runs, killed_cpu, polled)
         if wake_read in readable:
             os.read(wake_read, 4096)
-            reap(control, runs, networks, staged, killed_cpu, polled, counters)
+            reap(control, runs, networks, staged, killed_cpu, polled, ends)
         if control in readable:
             message, fds = receive(control)
             if not message:
@@ -529,7 +597,7 @@ def serve():
                         os.kill(pid, signal.SIGKILL)
                 continue
             if "stage" in header:
-                stage(header, control, seccomp, runs, staged, counters)
+                stage(header, control, seccomp, runs, staged, ends)
                 continue
             network = networks.take() if header["network"] == "none" else None
             slot = staged.pop(header.get("staged"), None)
@@ -549,11 +617,11 @@ def serve():
                 if slot is not None:
                     slot[1].close()
                 flags = NAMESPACES if network is not None else NAMESPACES | CLONE_NEWNET
-                counter = new_counter()  # shared with the child
+                end = RunEnd()  # shared with the child
                 try:
                     pid = clone_into_namespaces(flags)
                 except OSError as error:  # this run fails, not the pool (EAGAIN, ENOMEM...)
-                    counter.close()
+                    end.close()
                     if network is not None:
                         networks.give(network)
                     for fd in fds:
@@ -565,29 +633,31 @@ def serve():
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     control.close()
-                    for other in counters.values():
+                    for other in ends.values():
                         other.close()
+                    end.in_run()
                     init_process(
-                        header, slots_of(header, fds), seccomp[header["network"]], network, counter
+                        header, slots_of(header, fds), seccomp[header["network"]], network, end
                     )
-                counters[pid] = counter
+                end.in_zygote()
+                ends[pid] = end
             runs[pid] = (header["run"], network)
             if poll:
                 polled[pid] = [poll.get("cpu_time_s"), poll.get("memory_bytes"), 0, None]
             for fd in fds:
                 os.close(fd)
-            reap(control, runs, networks, staged, killed_cpu, polled, counters)
+            reap(control, runs, networks, staged, killed_cpu, polled, ends)
 
 
-def stage(header, control, seccomp, runs, staged, counters):
+def stage(header, control, seccomp, runs, staged, ends):
     """Clone a run's init ahead of its job (see :func:`staged_init`)."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    counter = new_counter()  # shared with the child
+    end = RunEnd()  # shared with the child
     try:
         pid = clone_into_namespaces(NAMESPACES)
     except OSError as error:  # the run that would have used it gets a fresh clone instead
         os.write(2, f"execgym zygote: could not stage a run: {error!r}\n".encode())
-        counter.close()
+        end.close()
         parent_end.close()
         child_end.close()
         return
@@ -598,11 +668,13 @@ def stage(header, control, seccomp, runs, staged, counters):
         parent_end.close()
         for _, other in staged.values():
             other.close()
-        for other in counters.values():
+        for other in ends.values():
             other.close()
-        staged_init(header["cgroup_procs"], child_end, seccomp, counter)
+        end.in_run()
+        staged_init(header["cgroup_procs"], child_end, seccomp, end)
     child_end.close()
-    counters[pid] = counter
+    end.in_zygote()
+    ends[pid] = end
     staged[header["stage"]] = (pid, parent_end)
     runs[pid] = (None, None)
 
@@ -629,7 +701,42 @@ def enforce(polled, killed_cpu):
                 pass
 
 
-def reap(control, runs, networks, staged, killed_cpu, polled, counters):
+def send_end(control, run, pid, end, status, cpu_s, maxrss_kb, killed_cpu, polled):
+    """Report run ``run`` (PID 1 ``pid``) as ended; its sampling stops."""
+    _, _, peak, why = polled.pop(pid, (None, None, 0, None))
+    started = end.field(0) if end is not None else -1  # -1: killed before its PID 1 counted
+    written = end.field(1) if end is not None else -1
+    control.send(
+        json.dumps(
+            {
+                "run": run,
+                "status": status,
+                "cpu_s": max(cpu_s, killed_cpu.pop(pid, 0.0)),
+                "maxrss_kb": maxrss_kb,
+                "peak_bytes": peak,
+                "killed_for": why,
+                "processes": started if started >= 0 else None,
+                "written": written if written >= 0 else None,
+            }
+        ).encode()
+    )
+
+
+def report_early(control, pid, ends, runs, killed_cpu, polled):
+    """PID 1 of ``pid``'s run woke us: report the run now if it has finished it."""
+    end = ends[pid]
+    os.close(end.wake)  # one wake-up per run; at the end of the file, PID 1 is gone
+    end.wake = -1
+    run, network = runs.get(pid, (None, None))
+    if run is None or not end.finished():
+        return  # PID 1 died before it finished: reported when reaped
+    send_end(
+        control, run, pid, end, end.field(2), end.field(3) / 1e6, end.field(4), killed_cpu, polled
+    )
+    runs[pid] = (None, network)  # reaped later, but never reported twice
+
+
+def reap(control, runs, networks, staged, killed_cpu, polled, ends):
     while runs:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -637,14 +744,8 @@ def reap(control, runs, networks, staged, killed_cpu, polled, counters):
             return
         if pid == 0:
             return
-        counter = counters.pop(pid, None)
-        started = written = -1  # not counted: killed before its PID 1 could
-        if counter is not None:
-            started = int.from_bytes(counter[0:8], "little", signed=True)
-            written = int.from_bytes(counter[8:16], "little", signed=True)
-            counter.close()
+        end = ends.pop(pid, None)
         run, network = runs.pop(pid, (None, None))
-        _, _, peak, why = polled.pop(pid, (None, None, 0, None))
         if network is not None:
             networks.give(network)
         for slot, (staged_pid, sock) in list(staged.items()):
@@ -652,20 +753,13 @@ def reap(control, runs, networks, staged, killed_cpu, polled, counters):
                 sock.close()
                 del staged[slot]
         if run is not None:
-            control.send(
-                json.dumps(
-                    {
-                        "run": run,
-                        "status": status,
-                        "cpu_s": max(usage.ru_utime + usage.ru_stime, killed_cpu.pop(pid, 0.0)),
-                        "maxrss_kb": usage.ru_maxrss,
-                        "peak_bytes": peak,
-                        "killed_for": why,
-                        "processes": started if started >= 0 else None,
-                        "written": written if written >= 0 else None,
-                    }
-                ).encode()
-            )
+            cpu_s = usage.ru_utime + usage.ru_stime
+            send_end(control, run, pid, end, status, cpu_s, usage.ru_maxrss, killed_cpu, polled)
+        else:
+            polled.pop(pid, None)
+            killed_cpu.pop(pid, None)
+        if end is not None:
+            end.close()
 
 
 serve()
