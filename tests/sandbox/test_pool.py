@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import uuid
@@ -221,6 +222,8 @@ async def test_staged_runs_get_their_own_limits_and_are_reclaimed_on_close(bwrap
                 ), small
                 assert "inferred from the error output" in small.message
             assert (large.status, large.stdout) == (Status.OK, b"kept\n"), large
+        while box._making is not None:  # inits are staged in the background
+            await asyncio.sleep(0.01)
         staged = {cgroup_dir for _, cgroup in box._staged for cgroup_dir in cgroup.dirs.values()}
         if require_cgroup:
             assert 0 < len(box._staged) <= max(2, os.cpu_count() or 1)

@@ -472,18 +472,28 @@ class RunCgroup:
         except (OSError, ValueError):
             return []
 
-    def kill(self) -> None:
-        """SIGKILL every process of the run, including any that forked or setsid'ed."""
+    def kill(self, *, until_empty: bool = True) -> None:
+        """SIGKILL every process of the run, including any that forked or setsid'ed.
+
+        Args:
+            until_empty: On cgroup v1, which has no ``cgroup.kill``, signal the members
+                again (every 1 ms, for at most 0.1 s) until none is left, so a process
+                forking meanwhile cannot escape. ``False`` signals each member once and
+                returns at once: for a caller on the event loop whose run can no longer
+                fork, such as a warm-pool run whose PID 1 killed the rest before it
+                reported (:meth:`remove_soon` finishes the job in the background).
+        """
         if self.version == 2 and _write(self.dirs["unified"] / "cgroup.kill", "1"):
             return
-        for _ in range(100):
+        for _ in range(100 if until_empty else 1):
             members = self._members()
             if not members:
                 return
             for pid in members:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            time.sleep(0.001)
+            if until_empty:
+                time.sleep(0.001)
 
     def remove_soon(self) -> None:
         """Kill what is left now and delete the directories in the background.
@@ -492,7 +502,7 @@ class RunCgroup:
         here; a run's result does not wait for it. :func:`flush_removals` waits for
         every removal queued so far (execgym waits for them at exit).
         """
-        self.kill()
+        self.kill(until_empty=False)  # the removal kills until empty, off the event loop
         _removals.put(self)
         _start_remover()
 

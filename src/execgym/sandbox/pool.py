@@ -34,6 +34,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from types import TracebackType
 from typing import Any
@@ -122,6 +123,21 @@ def _zygote_polls(limits: Limits, cgroup: RunCgroup | None) -> dict[str, float]:
     return poll
 
 
+def _new_cgroups(count: int) -> list[RunCgroup]:
+    """Up to ``count`` new cgroups for staged inits (fewer where they cannot be made)."""
+    made = []
+    for _ in range(count):
+        try:
+            cgroup = RunCgroup.create(DEFAULT_LIMITS, prefix="execgym-staged")
+        except OSError as error:
+            log.debug("warm pool: could not stage a run: %s", error)
+            break
+        if cgroup is None:
+            break
+        made.append(cgroup)
+    return made
+
+
 class WarmPoolSandbox:
     """Python runs forked from a warm zygote; each as isolated as a fresh bwrap sandbox.
 
@@ -154,6 +170,8 @@ class WarmPoolSandbox:
         self._lock = asyncio.Lock()
         self._staged: collections.deque[tuple[int, RunCgroup]] = collections.deque()
         self._stage_target = max(2, os.cpu_count() or 1)
+        self._making: asyncio.Future[list[RunCgroup]] | None = None  # cgroups to stage in
+        self._maker: ThreadPoolExecutor | None = None  # makes them, off the event loop
         self._preloaded: set[str] = set()  # trusted programs the running zygote holds
         self._loads_marshal = False  # whether the zygote's interpreter loads our code
 
@@ -250,6 +268,9 @@ class WarmPoolSandbox:
             program = seccomp_program(network).hex()
             host_end.send(json.dumps({"seccomp": program, "network": network}).encode())
         self._replenish()
+        if self._making is not None:  # the first runs find their inits staged
+            with contextlib.suppress(Exception):
+                await self._making
 
     def _on_message(self) -> None:
         assert self._control is not None
@@ -317,25 +338,42 @@ class WarmPoolSandbox:
         """Stage inits (each in its own new cgroup) up to the target; best effort.
 
         Staging only pays where joining a cgroup is slow, so it needs cgroups; a failure
-        here costs the next runs speed, never correctness (they make their own).
+        here costs the next runs speed, never correctness (they make their own). The
+        cgroups are made on a thread of the pool's own: on cgroup v1 each ``mkdir``
+        blocks for 0.2 ms or more, which the event loop, and so every other run on it,
+        would otherwise wait for.
         """
-        while self._control is not None and len(self._staged) < self._stage_target:
-            try:
-                cgroup = RunCgroup.create(DEFAULT_LIMITS, prefix="execgym-staged")
-            except OSError as error:
-                log.debug("warm pool: could not stage a run: %s", error)
-                return
-            if cgroup is None:
-                return
+        if self._control is None or self._making is not None:
+            return
+        wanted = self._stage_target - len(self._staged)
+        if wanted <= 0:
+            return
+        if self._maker is None:
+            self._maker = ThreadPoolExecutor(1, thread_name_prefix="execgym-pool-staging")
+        control = self._control
+        making = asyncio.get_running_loop().run_in_executor(self._maker, _new_cgroups, wanted)
+        making.add_done_callback(lambda done: self._stage(done, control))
+        self._making = making
+
+    def _stage(self, done: asyncio.Future[list[RunCgroup]], control: socket.socket) -> None:
+        """Have the zygote stage an init in each cgroup made (on the event loop)."""
+        self._making = None
+        cgroups = [] if done.cancelled() or done.exception() else done.result()
+        for cgroup in cgroups:
+            if self._control is not control:  # closed, or restarted, meanwhile
+                cgroup.remove_soon()
+                continue
             slot = next(_runs)
             try:
-                self._control.send(
+                control.send(
                     json.dumps({"stage": slot, "cgroup_procs": _procs_in_zygote(cgroup)}).encode()
                 )
             except OSError:
-                cgroup.remove()
-                return
+                cgroup.remove_soon()
+                continue
             self._staged.append((slot, cgroup))
+        if cgroups and self._control is control:
+            self._replenish()  # runs may have taken slots while these were made
 
     def _drop_staged(self) -> None:
         while self._staged:
@@ -346,6 +384,12 @@ class WarmPoolSandbox:
         """Kill the zygote and every run it forked; idempotent."""
         self._broken("the warm pool was closed")
         self._stop_zygote()
+        if self._making is not None:  # its cgroups are removed once made (see _stage)
+            with contextlib.suppress(Exception):
+                await self._making
+        if self._maker is not None:
+            self._maker.shutdown(wait=False)
+            self._maker = None
 
     async def run(
         self,
@@ -528,7 +572,9 @@ class WarmPoolSandbox:
             if "error" in body:
                 raise SandboxSetupFailed(body["error"])
             if cgroup is not None:
-                cgroup.kill()  # orphans and daemons die with the run
+                # Its PID 1 killed and reaped every other process before reporting (or,
+                # killed itself, took them with it): one pass, not a wait on the loop.
+                cgroup.kill(until_empty=False)
             await watcher.drain()
         finally:
             self._pending.pop(run_id, None)
