@@ -11,7 +11,15 @@ at once:
   the ratios are to the first);
 - bwrap: a fresh bubblewrap sandbox per rollout;
 - bwrap + warm pool: each rollout forked from the warm pool's zygote into fresh
-  namespaces (same isolation as a fresh sandbox).
+  namespaces (same isolation as a fresh sandbox);
+- warm pool, empty program: 164 runs of ``pass`` in the warm pool, at the same number at
+  once: what the pool's own per-run work (fresh namespaces, mounts, cgroup, two forked
+  processes, supervision) allows before any test runs, the ceiling of its HumanEval
+  figure;
+- the same, one process: the empty program registered as a trusted program, so that it
+  runs as the run's PID 1 with no second process (as a judge's harness does, before it
+  starts the solution's process): the ceiling of any design that forks a fresh,
+  namespaced CPython per rollout.
 
     .venv/bin/python benchmarks/humaneval_throughput.py [--rounds 3] [--workers N]
 """
@@ -31,6 +39,7 @@ from execgym import Scorer, Verdict, canonical_rollouts, create_sandbox, load_da
 from execgym.judges.assert_tests import build_program
 from execgym.sandbox import Sandbox, WarmPoolSandbox
 from execgym.sandbox._python import python_command
+from execgym.sandbox._trusted import register_trusted_program
 
 
 async def _score(tasks, sandbox: Sandbox, workers: int) -> float:
@@ -52,6 +61,30 @@ def warm_pool(tasks, workers: int) -> float:
     async def run() -> float:
         async with WarmPoolSandbox() as pool:
             return await _score(tasks, pool, workers)
+
+    return asyncio.run(run())
+
+
+EMPTY = b"pass\n"
+ONE_PROCESS = b"pass  # trusted: PID 1 itself\n"
+register_trusted_program(ONE_PROCESS, compile(ONE_PROCESS, "runner.py", "exec"))
+
+
+def empty_program(tasks, workers: int, source: bytes = EMPTY) -> float:
+    async def run() -> float:
+        async with WarmPoolSandbox() as pool:
+            await pool.run_python(source)  # starts the zygote and preloads
+            gate = asyncio.Semaphore(workers)
+
+            async def one() -> bool:
+                async with gate:
+                    return (await pool.run_python(source)).exit_code == 0
+
+            started = time.perf_counter()
+            ok = await asyncio.gather(*(one() for _ in tasks))
+            elapsed = time.perf_counter() - started
+            assert all(ok), f"empty program: {ok.count(False)} failed"
+            return len(tasks) / elapsed
 
     return asyncio.run(run())
 
@@ -95,6 +128,8 @@ def main() -> None:
         "plain, default flags": lambda tasks, workers: plain(tasks, workers, [sys.executable, "-"]),
         "bwrap": fresh_bwrap,
         "bwrap + warm pool": warm_pool,
+        "warm pool, empty program": empty_program,
+        "the same, one process": lambda tasks, workers: empty_program(tasks, workers, ONE_PROCESS),
     }
     figures: dict[str, list[float]] = {name: [] for name in ways}
     for round_no in range(1, args.rounds + 1):

@@ -3,7 +3,10 @@
 Prints p50 and p99 (milliseconds) over N sequential runs of ``print('ok')`` for plain
 ``subprocess.run``, a fresh bwrap sandbox, the bwrap warm pool and gVisor (when runsc
 is installed), each with its ratio to plain subprocess, all measured in one run and
-interleaved run by run so that machine load hits every way alike.
+interleaved run by run so that machine load hits every way alike. One more row, "bare
+bwrap", runs the same program under ``subprocess.run`` of the very bwrap command line a
+fresh sandbox uses (same namespaces, mounts and uid; no cgroup, init, seccomp filter or
+supervision): the floor bubblewrap itself sets for a fresh sandbox on this machine.
 
     .venv/bin/python benchmarks/sandbox_latency.py [--runs 200]
 """
@@ -16,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
+from execgym.limits import DEFAULT_LIMITS
 from execgym.sandbox import BubblewrapSandbox, RunResult, Status, WarmPoolSandbox
 from execgym.sandbox._python import python_command
 
@@ -38,6 +42,12 @@ async def main() -> None:
         assert done.stdout == b"ok\n"
 
     fresh = BubblewrapSandbox()
+    bare_argv = fresh._argv(argv, DEFAULT_LIMITS, [])
+
+    async def bare() -> None:
+        done = await asyncio.to_thread(subprocess.run, bare_argv, capture_output=True, check=True)
+        assert done.stdout == b"ok\n", done
+
     prestarted = BubblewrapSandbox(prestart=1)
     pool = WarmPoolSandbox()
     await pool.start()
@@ -50,6 +60,7 @@ async def main() -> None:
     ways: dict[str, Callable[[], Awaitable[None]]] = {
         "plain subprocess.run": plain,
         "bwrap": lambda: check(fresh.run_python(PROGRAM)),
+        "bare bwrap": bare,
         "bwrap, prestarted": lambda: check(prestarted.run_python(PROGRAM)),
         "bwrap + warm pool": lambda: check(pool.run_python(PROGRAM)),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 
@@ -80,6 +81,41 @@ async def test_timeout_kills_everything_the_run_started(pool) -> None:
     assert result.status is Status.TIME_LIMIT
     assert processes_with(marker) == []
     assert run_cgroups() == []
+
+
+@pytest.mark.parametrize("no_cgroup", [False, True], ids=["cgroup", "no-cgroup"])
+async def test_a_run_is_reported_once_all_but_its_pid_1_are_gone_with_its_own_figures(
+    request, bwrap_sandbox, no_cgroup
+) -> None:
+    """A run's PID 1 reports the run's end before it exits itself (so the teardown of
+    the namespaces does not delay the result), but only after killing and reaping every
+    other process: a daemon the program left is dead by the time ``run_python``
+    returns, and the exit code, signal, CPU time and counts are the run's own."""
+    if no_cgroup:
+        request.getfixturevalue("no_cgroups")
+    marker = f"execgym-pool-{uuid.uuid4().hex}"
+    leaves_a_daemon = (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep',"
+        " start_new_session=True)\n"
+        "end = time.process_time() + 0.2\n"
+        "while time.process_time() < end: pass\n"
+        "sys.exit(3)\n"
+    ).encode()
+    async with WarmPoolSandbox() as box:
+        for _ in range(3):
+            result = await box.run_python(leaves_a_daemon)
+            assert processes_with(marker) == []  # at once, not after some teardown
+            assert (result.status, result.exit_code, result.signal) == (
+                Status.RUNTIME_ERROR,
+                3,
+                None,
+            ), result
+            assert result.cpu_time_s >= 0.15, result
+            assert result.processes_started is not None
+            assert result.processes_started >= 2  # the program and the daemon
+        killed = await box.run_python(b"import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+        assert (killed.exit_code, killed.signal) == (None, signal.SIGTERM), killed
 
 
 @pytest.mark.parametrize(
