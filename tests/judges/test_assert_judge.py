@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import marshal
+
 import pytest
 
 from execgym.judges import AssertJudge, Verdict
-from execgym.judges.assert_tests import START_MARKER, build_program, encode_job, interpret_run
+from execgym.judges.assert_tests import (
+    _MAGIC,
+    START_MARKER,
+    build_program,
+    compiled_tests,
+    encode_job,
+    interpret_run,
+)
 from execgym.limits import Limits, MiB
 from execgym.sandbox import Status
 from execgym.tasks import Task
@@ -135,8 +144,47 @@ def test_job_encoding_counts_bytes_not_characters() -> None:
     second = job[10 + int(job[:10]) :]
     header, _, body = second[10:].partition(b"\n")
     assert int(second[:10]) == len(second) - 10
-    assert header.split()[1:] == [b"check", b"7", b"19"]
-    assert body.decode() == "ü = 2\ndef check(c): pass\n"
+    nonce, mode, context, tests, code, magic = header.split()
+    assert nonce == b"n" * 32
+    assert (mode, context, tests, magic) == (b"check", b"7", b"19", _MAGIC.encode())
+    text, compiled = body[:26], body[26:]
+    assert text.decode() == "ü = 2\ndef check(c): pass\n"
+    assert compiled == compiled_tests("ü = 2\n\n\ndef check(c): pass\n\n")
+    assert int(code) == len(compiled) > 0
+    loaded: dict[str, object] = {}
+    exec(marshal.loads(compiled), loaded)
+    assert loaded["ü"] == 2
+    assert callable(loaded["check"])
+
+
+def test_tests_that_do_not_compile_travel_as_text_only() -> None:
+    # The harness compiles them itself and reports the task's error (never a crash).
+    assert compiled_tests("def check(c):\n    assert (\n") == b""
+    assert compiled_tests("x = '\udc80'\n") == b""  # the harness would decode it otherwise
+    job = encode_job("n" * 32, "f", "pass\n", "def check(c):\n  (\n")
+    second = job[10 + int(job[:10]) :]
+    assert second[10:].split(b"\n", 1)[0].split()[4] == b"0"
+
+
+@pytest.mark.parametrize(
+    ("tests", "verdict"),
+    [
+        ("def check(c):\n    assert c(1) == 2\n", Verdict.PASSED),
+        ("def check(c):\n    assert c(1) == 3\n", Verdict.FAILED),
+        ("def check(c):\n    assert (\n", Verdict.INVALID),
+    ],
+)
+@pytest.mark.parametrize("magic", ["ours", "another interpreter's"])
+async def test_the_harness_runs_compiled_tests_and_falls_back_to_text(
+    tests, verdict, magic, sandbox, monkeypatch
+) -> None:
+    if magic != "ours":  # bytecode of another version is never loaded: the text is compiled
+        monkeypatch.setattr("execgym.judges.assert_tests._MAGIC", "0d0d0d0a")
+    task = Task(task_id="t/1", prompt="", entry_point="f", tests=tests)
+    judgement = await AssertJudge().judge(
+        task, "def f(x):\n    return x + 1\n", sandbox, Limits(wall_time_s=5)
+    )
+    assert judgement.verdict is verdict, judgement
 
 
 def test_no_start_marker_means_the_sandbox_failed_not_the_model() -> None:

@@ -14,9 +14,11 @@ Protocol:
    then forks the **solution process**: it closes the report channel and every other
    descriptor but stdout and stderr, puts ``/dev/null`` on stdin, and waits for
    commands on a pipe. Only then does the harness read part two, ``<nonce> <mode>
-   <context size> <tests size>\n<context><tests><reference>``, so
-   the tests, the expected values, the nonce and the reference never exist in the
-   solution's memory.
+   <context size> <tests size> <code size> <magic>\n<context><tests><code><reference>``,
+   so the tests, the expected values, the nonce and the reference never exist in the
+   solution's memory. ``<code>`` is the context and tests compiled by the host and
+   marshalled (``assert_tests.compiled_tests``), used when ``<magic>`` is this
+   interpreter's bytecode version; else (or if empty) the harness compiles the text.
 3. The harness executes the context (the task's prompt, operator data) and the tests
    in its own namespace and calls ``check(candidate)``, where ``candidate`` is a proxy:
    each call sends the arguments to the solution process and gets its answer back,
@@ -46,7 +48,8 @@ harness holds fd 3, and the nonce is never in the solution's process, so printin
 writing forged reports reaches nothing that is read.
 
 The harness imports only ``os``, ``sys`` and ``ctypes`` (for ``prctl``; the warm pool
-has it loaded already), so a rollout pays only for the modules its own code imports.
+has it loaded already), besides ``marshal`` and ``_frozen_importlib_external``, which
+every CPython has loaded at start-up, so a rollout pays only for the modules its own code imports.
 The codec, the frames and both sides of the process boundary are
 :mod:`execgym.judges._plain_data`, whose source precedes this one in the script the
 sandbox runs (the names this module uses without defining come from there).
@@ -103,11 +106,12 @@ def main():
     candidate = Solution(program.decode("utf-8", "replace"), entry_point, codec, frames)
     del program
     header, _, rest = part().partition(b"\n")
-    nonce, mode, context_size, tests_size = header.split(b" ")
-    context_size, tests_size = int(context_size), int(tests_size)
+    nonce, mode, context_size, tests_size, code_size, magic = header.split(b" ")
+    context_size, tests_size, code_size = int(context_size), int(tests_size), int(code_size)
     context = rest[:context_size].decode("utf-8", "replace")
     tests = rest[context_size : context_size + tests_size].decode("utf-8", "replace")
-    reference = rest[context_size + tests_size :].decode("utf-8", "replace")
+    compiled = rest[context_size + tests_size : context_size + tests_size + code_size]
+    reference = rest[context_size + tests_size + code_size :].decode("utf-8", "replace")
     mode = mode.decode()
     del rest, header
     if setup_error is not None:
@@ -117,10 +121,19 @@ def main():
 
     source = context + "\n\n" + tests + "\n"
     sources = {"tests.py": source.splitlines()}
-    try:
-        code = compile(source, "tests.py", "exec")
-    except (SyntaxError, ValueError) as error:  # the task's fault, not the rollout's
-        report("task_error", [("type", type(error).__name__), ("message", str(error)[:2000])])
+    code = None
+    if compiled and magic == bytecode_version():  # compiled by the host (the same source)
+        try:
+            code = marshal_loads(compiled)
+        except (ValueError, EOFError, TypeError):
+            code = None
+    del compiled
+    if code is None:
+        try:
+            code = compile(source, "tests.py", "exec")
+        except (SyntaxError, ValueError) as error:  # the task's fault, not the rollout's
+            fields = [("type", type(error).__name__), ("message", str(error)[:2000])]
+            report("task_error", fields)
     cases = [0, 0]
 
     def run_case(thunk):
@@ -210,6 +223,19 @@ def main():
         fields += [("cases_passed", cases[0] if verdict != "passed" else total)]
         fields += [("cases_total", total)]
     report(verdict, fields)
+
+
+def marshal_loads(data):
+    import marshal  # built in, and loaded already: no import cost
+
+    return marshal.loads(data)
+
+
+def bytecode_version():
+    """This interpreter's bytecode magic number, in hex (as ``importlib.util`` gives it)."""
+    import _frozen_importlib_external  # loaded at start-up by every CPython
+
+    return _frozen_importlib_external.MAGIC_NUMBER.hex().encode()
 
 
 def _proxy(solution):

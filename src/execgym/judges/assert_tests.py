@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import marshal
 import secrets
 
 from execgym.judges._cases import split_cases
@@ -94,6 +97,25 @@ def _import_lines(prompt: str) -> str:
     )
 
 
+@functools.lru_cache(maxsize=512)
+def compiled_tests(source: str) -> bytes:
+    """The tests with their context, compiled as the harness would, then marshalled.
+
+    ``source`` is the text as the harness joins it; ``b""`` if it does not compile.
+
+    The harness loads this instead of compiling the tests in every run, which saved
+    about 0.6 ms and 170 page faults per HumanEval rollout in the warm pool (measured
+    2026-12-02); a task's tests are the same for all its rollouts, so each is compiled
+    once per process. The tests are task data (operator's), never model output; a
+    source that does not compile is left to the harness, which reports the task's error.
+    """
+    try:
+        source.encode("utf-8")  # lone surrogates: the harness's decoded text would differ
+        return marshal.dumps(compile(source, "tests.py", "exec", dont_inherit=True))
+    except (SyntaxError, ValueError, UnicodeEncodeError, OverflowError, RecursionError):
+        return b""
+
+
 def _part(data: bytes) -> bytes:
     return b"%010d" % len(data) + data
 
@@ -111,8 +133,9 @@ def encode_job(
     """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`).
 
     Part one (the solution's program and entry point) is read before the solution's
-    process is forked; part two (nonce, mode, the tests' context, the tests, the
-    reference) only after, so the solution never has them in memory.
+    process is forked; part two (nonce, mode, the tests' context, the tests, those
+    compiled by :func:`compiled_tests`, the reference) only after, so the solution never
+    has them in memory.
 
     Args:
         nonce: The run's secret tag for the report.
@@ -127,10 +150,16 @@ def encode_job(
     def utf8(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
-    head = f"{nonce} {mode} {len(utf8(context))} {len(utf8(tests))}\n".encode()
+    code = compiled_tests(context + "\n\n" + tests + "\n")
+    sizes = f"{len(utf8(context))} {len(utf8(tests))} {len(code)} {_MAGIC}"
+    head = f"{nonce} {mode} {sizes}\n".encode()
     return _part(utf8(entry_point) + b"\n" + utf8(program)) + _part(
-        head + utf8(context) + utf8(tests) + utf8(reference or "")
+        head + utf8(context) + utf8(tests) + code + utf8(reference or "")
     )
+
+
+_MAGIC = importlib.util.MAGIC_NUMBER.hex()
+"""The bytecode version of :func:`compiled_tests`: a harness of another uses the text."""
 
 
 def job_nonce(job: bytes) -> bytes:
