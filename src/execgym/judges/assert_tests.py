@@ -82,8 +82,11 @@ def build_program(task: Task, completion: str) -> str:
     return prompt.rstrip("\n") + "\n\n" + completion
 
 
+@functools.lru_cache(maxsize=1024)
 def _compiles(source: str) -> bool:
     # The prompt is task data, not model output; it is only parsed here, never run.
+    # Cached: every rollout of a task asks about the same prompt (twice, for a whole
+    # solution).
     try:
         compile(source, "prompt", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):

@@ -17,6 +17,7 @@ The list follows Docker's default profile and systemd's ``@mount``, ``@module``,
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -57,11 +58,16 @@ _NAMESPACE_FLAGS = (
 
 
 @cache
-def seccomp_program(network: str) -> bytes:
+def seccomp_program(network: str, *, tree: bool = True) -> bytes:
     """The compiled BPF program for bwrap's ``--seccomp`` option.
 
     Args:
         network: ``Limits.network``: ``"none"`` also refuses Internet sockets.
+        tree: Lay the syscall numbers out as a binary tree rather than a linear chain
+            (libseccomp >= 2.5; ignored by older ones): the same policy, checked in
+            O(log n) on every system call the rollout makes, and about 20% cheaper for
+            the kernel to load into each run, as it tries the filter on every syscall
+            number then (``benchmarks/seccomp_filter.py``).
 
     Returns:
         The BPF program as bytes (built once per process and network mode).
@@ -73,6 +79,9 @@ def seccomp_program(network: str) -> bytes:
 
     refuse = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    if tree:
+        with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):
+            rules.set_attr(seccomp.Attr.CTL_OPTIMIZE, 2)
     for arch in (seccomp.Arch.X86, seccomp.Arch.X32):
         if not rules.exist_arch(arch):
             try:
