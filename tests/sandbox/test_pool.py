@@ -83,6 +83,33 @@ async def test_timeout_kills_everything_the_run_started(pool) -> None:
     assert run_cgroups() == []
 
 
+SEES_ITS_DESCRIPTORS_AND_SHARED_PAGES = """import mmap, os
+def f():
+    own = mmap.mmap(-1, 48)  # the check of the check: exactly this one is writable, shared
+    names = sorted(os.listdir('/proc/self/fd'), key=int)
+    links = [(int(fd), os.readlink('/proc/self/fd/' + fd)) for fd in names
+             if os.path.exists('/proc/self/fd/' + fd)]
+    shared = [line for line in open('/proc/self/maps') if line.split()[1] == 'rw-s']
+    return [[fd for fd, _ in links], links[3][1], len(shared), os.getppid()]
+"""
+
+
+async def test_the_solution_process_holds_nothing_of_its_pid_1s_end_report(pool) -> None:
+    # The harness (PID 1) holds the page and the pipe it reports the run's end through;
+    # the solution's process, forked from it, must have neither: only stdin, stdout,
+    # stderr, its own /dev/null stdin and the two pipes to the harness.
+    # The first runs of a new pool may run the harness as PID 2 (staged before the
+    # zygote had it preloaded); later ones run it as PID 1, the case that matters here.
+    seen = "def check(c):\n    assert c() == [[0, 1, 2, 3, 4, 5], '/dev/null', 1, %d], c()\n"
+    for harness_pid in (1, 2):
+        task = Task(task_id="t/fds", prompt="", entry_point="f", tests=seen % harness_pid)
+        for _ in range(max(2, os.cpu_count() or 1) + 2):
+            judgement = await AssertJudge().judge(
+                task, SEES_ITS_DESCRIPTORS_AND_SHARED_PAGES, pool, Limits(wall_time_s=5)
+            )
+        assert judgement.verdict is (Verdict.PASSED if harness_pid == 1 else Verdict.FAILED)
+
+
 @pytest.mark.parametrize("no_cgroup", [False, True], ids=["cgroup", "no-cgroup"])
 async def test_a_run_is_reported_once_all_but_its_pid_1_are_gone_with_its_own_figures(
     request, bwrap_sandbox, no_cgroup

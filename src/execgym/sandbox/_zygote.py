@@ -42,6 +42,7 @@ run's namespaces) goes on in parallel (see :class:`RunEnd`).
 import array
 import builtins
 import ctypes
+import fcntl
 import gc
 import json
 import marshal
@@ -110,7 +111,6 @@ def mount(source, target, fstype, flags, data):
 
 def loopback_up():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        import fcntl
         import struct
 
         request = struct.pack("16sH14s", b"lo", 0, b"")
@@ -258,9 +258,16 @@ class RunEnd:
         self.notify = -1
 
     def in_run(self):
-        """After the clone, in the run's PID 1: only the page and the writing end."""
+        """After the clone, in the run's PID 1: only the page and the writing end.
+
+        The writing end moves to 10 or above, clear of the descriptors a program gets
+        on 0-3 (``dup2`` there would close it) and of those its harness forks with.
+        """
         os.close(self.wake)
         self.wake = -1
+        moved = fcntl.fcntl(self.notify, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(self.notify)
+        self.notify = moved
 
     def close(self):
         """Drop both (another run's, or in a process that must not report)."""
