@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import marshal
+import subprocess
+import sys
+import warnings
 
 import pytest
 
@@ -155,6 +158,35 @@ def test_job_encoding_counts_bytes_not_characters() -> None:
     exec(marshal.loads(compiled), loaded)
     assert loaded["ü"] == 2
     assert callable(loaded["check"])
+
+
+def test_compiled_tests_keep_their_asserts_under_python_minus_o() -> None:
+    # A host running Python with -O (or PYTHONOPTIMIZE=1) compiled the asserts away by
+    # default, and every wrong rollout then passed.
+    probe = (
+        "import marshal, sys\n"
+        "from execgym.judges.assert_tests import compiled_tests\n"
+        "assert sys.flags.optimize == 1\n"
+        "namespace = {}\n"
+        "code = compiled_tests('def check(c):\\n    assert c(1) == 2\\n')\n"
+        "exec(marshal.loads(code), namespace)\n"
+        "try:\n"
+        "    namespace['check'](lambda x: 12345)\n"
+        "except AssertionError:\n"
+        "    print('kept')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-O", "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert done.stdout == "kept\n", done.stderr
+
+
+def test_tests_that_draw_a_compiler_warning_are_compiled_in_the_run() -> None:
+    # ... so that the warning lands in the run's stderr, not in the host's.
+    with warnings.catch_warnings(record=True) as host_saw:
+        warnings.simplefilter("always")
+        assert compiled_tests('def check(c):\n    assert c("\\d")\n') == b""
+    assert host_saw == []
 
 
 def test_tests_that_do_not_compile_travel_as_text_only() -> None:

@@ -14,6 +14,7 @@ import pytest
 from execgym import Verdict
 from execgym.errors import TaskError
 from execgym.judges import AssertJudge
+from execgym.judges.pytest_tests import PytestJudge
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox import Status, WarmPoolSandbox
 from execgym.sandbox._cgroup import detect_cgroups
@@ -108,6 +109,87 @@ async def test_the_solution_process_holds_nothing_of_its_pid_1s_end_report(pool)
                 task, SEES_ITS_DESCRIPTORS_AND_SHARED_PAGES, pool, Limits(wall_time_s=5)
             )
         assert judgement.verdict is (Verdict.PASSED if harness_pid == 1 else Verdict.FAILED)
+
+
+FORGES_ITS_END = """
+import ctypes, gc, os, time
+end = [o for o in gc.get_objects() if type(o).__name__ == "RunEnd" and not o.page.closed][0]
+ctypes.CDLL(None).prctl(15, b"%s", 0, 0, 0)  # PR_SET_NAME, to find it from the host
+for index, value in enumerate([1, 0, %d, 0, 0, end.DONE]):
+    end.set_field(index, value)
+os.write(end.notify, b"!")
+while True:
+    time.sleep(1)
+def add(a, b):
+    return a + b
+"""
+
+
+async def test_six_hundred_runs_at_once_all_run(bwrap_sandbox) -> None:
+    # A burst used to fill the control socket (EAGAIN: half of them a sandbox_error),
+    # and past about 500 runs in flight the zygote's select() met a descriptor over
+    # 1024 and died, failing every run it held.
+    async with WarmPoolSandbox() as box:
+        results = await asyncio.gather(
+            *(box.run_python(b"import time; time.sleep(3); print('ok')") for _ in range(600))
+        )
+    failed = [r for r in results if (r.status, r.stdout) != (Status.OK, b"ok\n")]
+    assert failed == [], (len(failed), failed[:2])
+
+
+ADD_TEST = "from solution import add\ndef test_add():\n    assert add(1, 2) == 3\n"
+
+
+@pytest.mark.parametrize("status", [0, 2**62], ids=["exit-0", "not-a-status"])
+async def test_a_rollout_in_pid_1s_process_cannot_outlive_or_break_its_run_by_forging_the_end(
+    no_cgroups, bwrap_sandbox, status
+) -> None:
+    # pytest in_process runs the rollout in the harness's own process, PID 1, which
+    # holds the page and the pipe it reports the run's end through. A forged end must
+    # not let the rollout run on unwatched (nothing kills a run once reported, without
+    # a cgroup), understate the CPU it used, or crash the host with a status no process
+    # can have (OverflowError in os.WIFSIGNALED); a forged status is ignored.
+    name = f"eg{uuid.uuid4().hex[:10]}"
+    task = Task.model_validate(
+        {
+            "task_id": "t/forge",
+            "kind": "pytest",
+            "test_files": {"test_add.py": ADD_TEST},
+            "pytest_mode": "in_process",
+        }
+    )
+    judge = PytestJudge()  # before the pool: its harness is preloaded, run as PID 1
+    async with WarmPoolSandbox() as box:
+        for _ in range(max(2, os.cpu_count() or 1) + 2):
+            judgement = await judge.judge(
+                task, FORGES_ITS_END % (name, status), box, Limits(wall_time_s=2)
+            )
+            assert judgement.verdict is not Verdict.PASSED, judgement
+            # Killed as it claimed its end (SIGKILL, as it is reported: it may take a
+            # moment to die), or at the wall time.
+            for _ in range(100):
+                if not _named(name):
+                    break
+                await asyncio.sleep(0.01)
+            assert _named(name) == []
+        if status == 0:  # a forged end ends the run at once, at the kernel's CPU figure
+            assert judgement.run.wall_time_s < 1.5, judgement.run
+            assert judgement.run.cpu_time_s >= 0.05, judgement.run  # pytest's own start-up
+        else:
+            assert judgement.run.status is Status.TIME_LIMIT, judgement.run
+
+
+def _named(name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as handle:
+                    if handle.read().strip() == name:
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 @pytest.mark.parametrize("no_cgroup", [False, True], ids=["cgroup", "no-cgroup"])

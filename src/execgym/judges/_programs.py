@@ -41,7 +41,7 @@ def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
     not, the script stops before the harness starts, which the judge reports as a
     ``sandbox_error`` with the reason.
     """
-    return _script_for(compile(source, filename, "exec", dont_inherit=True))
+    return _script_for(compile(source, filename, "exec", dont_inherit=True, optimize=0))
 
 
 def _script_for(code: CodeType) -> bytes:
@@ -66,11 +66,11 @@ def harness_program(name: str, *parts: str) -> bytes:
     calls its ``main()``.
     """
     source = with_plain_data(runner_source(name), *parts)
-    code = compile(source, name, "exec", dont_inherit=True)
+    code = compile(source, name, "exec", dont_inherit=True, optimize=0)
     script = _script_for(code)
     body = source.rstrip()
     definitions = None
     if body.endswith(b"\nmain()"):  # every harness ends by calling main()
-        definitions = compile(body[: -len(b"main()")], name, "exec", dont_inherit=True)
+        definitions = compile(body[: -len(b"main()")], name, "exec", dont_inherit=True, optimize=0)
     register_trusted_program(script, code, definitions=definitions, entry="main")
     return script

@@ -70,6 +70,7 @@ SECCOMP_MODE_FILTER = 2
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 POLL_S = 0.05  # how often runs with no cgroup have their CPU time and memory sampled
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of CPU times in /proc/<pid>/stat
 NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 PROGRAMS = {}  # key -> (code, None) or (namespace, entry): trusted programs preloaded
@@ -557,6 +558,14 @@ def init_process(header, fds, seccomp, network, end, attached=False):
 def serve():
     for name in PRELOADED:
         __import__(name)
+    # Several descriptors per run in flight (its end-report pipe, a network namespace):
+    # hundreds of runs at once pass an ordinary user's soft limit of 1024. Each run's
+    # program gets its own limit (max_open_files) anyway.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        pass  # keep the soft limit: past it, a run fails alone (EMFILE), not the pool
     gc.freeze()
     control = socket.socket(fileno=int(sys.argv[-1]))
     control.setblocking(True)
@@ -575,9 +584,12 @@ def serve():
         json.dumps({"ready": os.getpid(), "cache_tag": sys.implementation.cache_tag}).encode()
     )
     while True:
-        timeout = POLL_S if polled else None
+        timeout_ms = POLL_S * 1000 if polled else None
         waking = {end.wake: pid for pid, end in ends.items() if end.wake >= 0}
-        readable, _, _ = select.select([control, wake_read, *waking], [], [], timeout)
+        poller = select.poll()  # not select(): a wake-up pipe per run soon passes fd 1024
+        for fd in (control.fileno(), wake_read, *waking):
+            poller.register(fd, select.POLLIN)
+        readable = {fd for fd, _ in poller.poll(timeout_ms)}
         if polled:
             enforce(polled, killed_cpu)
         for fd in readable:
@@ -586,7 +598,7 @@ def serve():
         if wake_read in readable:
             os.read(wake_read, 4096)
             reap(control, runs, networks, staged, killed_cpu, polled, ends)
-        if control in readable:
+        if control.fileno() in readable:
             message, fds = receive(control)
             if not message:
                 return  # the host closed the pool
@@ -624,11 +636,13 @@ def serve():
                 if slot is not None:
                     slot[1].close()
                 flags = NAMESPACES if network is not None else NAMESPACES | CLONE_NEWNET
-                end = RunEnd()  # shared with the child
+                end = None
                 try:
+                    end = RunEnd()  # shared with the child
                     pid = clone_into_namespaces(flags)
-                except OSError as error:  # this run fails, not the pool (EAGAIN, ENOMEM...)
-                    end.close()
+                except OSError as error:  # this run fails, not the pool (EAGAIN, EMFILE...)
+                    if end is not None:
+                        end.close()
                     if network is not None:
                         networks.give(network)
                     for fd in fds:
@@ -658,15 +672,17 @@ def serve():
 
 def stage(header, control, seccomp, runs, staged, ends):
     """Clone a run's init ahead of its job (see :func:`staged_init`)."""
-    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    end = RunEnd()  # shared with the child
+    made = []
     try:
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        made += [parent_end, child_end]
+        end = RunEnd()  # shared with the child
+        made.append(end)
         pid = clone_into_namespaces(NAMESPACES)
     except OSError as error:  # the run that would have used it gets a fresh clone instead
         os.write(2, f"execgym zygote: could not stage a run: {error!r}\n".encode())
-        end.close()
-        parent_end.close()
-        child_end.close()
+        for thing in made:
+            thing.close()
         return
     if pid == 0:
         signal.set_wakeup_fd(-1)
@@ -729,17 +745,43 @@ def send_end(control, run, pid, end, status, cpu_s, maxrss_kb, killed_cpu, polle
     )
 
 
+def own_peak_kb(pid):
+    """``pid``'s own peak resident memory (``VmHWM``) in KiB; 0 if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass  # gone already: the page's figure stands alone
+    return 0
+
+
 def report_early(control, pid, ends, runs, killed_cpu, polled):
-    """PID 1 of ``pid``'s run woke us: report the run now if it has finished it."""
+    """PID 1 of ``pid``'s run woke us: report the run now if it has finished it.
+
+    PID 1 is execgym's code, but a rollout sharing its process (pytest ``in_process``)
+    could write the page too. So the status must be one PID 1 writes (an exit code),
+    the kernel's figures of PID 1 (itself and all it reaped: CPU to the clock tick, its
+    own peak memory) are floors under the page's, and PID 1 is killed at once: it has
+    nothing left to do, and a run that claimed to end ends.
+    """
     end = ends[pid]
     os.close(end.wake)  # one wake-up per run; at the end of the file, PID 1 is gone
     end.wake = -1
     run, network = runs.get(pid, (None, None))
     if run is None or not end.finished():
         return  # PID 1 died before it finished: reported when reaped
-    send_end(
-        control, run, pid, end, end.field(2), end.field(3) / 1e6, end.field(4), killed_cpu, polled
-    )
+    status = end.field(2)
+    if not 0 <= status <= 0xFF00 or status & 0xFF:
+        return  # not what PID 1 writes: the run is reported when PID 1 is reaped
+    cpu_s = max(end.field(3) / 1e6, _cpu_ticks(pid) / CLOCK_TICKS)  # noqa: F821 (from _proctree.py)
+    peak_kb = max(end.field(4), own_peak_kb(pid))
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass  # exited already
+    send_end(control, run, pid, end, status, cpu_s, peak_kb, killed_cpu, polled)
     runs[pid] = (None, network)  # reaped later, but never reported twice
 
 

@@ -29,6 +29,7 @@ import itertools
 import json
 import logging
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -123,6 +124,28 @@ def _zygote_polls(limits: Limits, cgroup: RunCgroup | None) -> dict[str, float]:
     return poll
 
 
+def _raise_open_file_limit() -> None:
+    """Raise this process's soft limit of open files to its hard limit (once, best effort).
+
+    Each run in flight holds a few descriptors here (its output pipes); hundreds at
+    once pass an ordinary user's usual soft limit of 1024, and those runs then failed
+    with EMFILE. The hard limit is the user's own ceiling; nothing is raised past it.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        log.debug("warm pool: raised the open-file limit from %d to %d", soft, hard)
+    except (OSError, ValueError):
+        pass  # keep it: past it, each run fails alone (EMFILE), not the pool
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _new_cgroups(count: int) -> list[RunCgroup]:
     """Up to ``count`` new cgroups for staged inits (fewer where they cannot be made)."""
     made = []
@@ -172,6 +195,7 @@ class WarmPoolSandbox:
         self._stage_target = max(2, os.cpu_count() or 1)
         self._making: asyncio.Future[list[RunCgroup]] | None = None  # cgroups to stage in
         self._maker: ThreadPoolExecutor | None = None  # makes them, off the event loop
+        self._later: set[asyncio.Task[None]] = set()  # kills waiting for the zygote to read
         self._preloaded: set[str] = set()  # trusted programs the running zygote holds
         self._loads_marshal = False  # whether the zygote's interpreter loads our code
 
@@ -239,6 +263,7 @@ class WarmPoolSandbox:
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        _raise_open_file_limit()
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
             self._zygote_argv(zygote_end.fileno()),
@@ -450,6 +475,40 @@ class WarmPoolSandbox:
             if cgroup is not None:
                 cgroup.remove_soon()
 
+    async def _send(self, message: bytes, fds: Sequence[int]) -> None:
+        """Send one message (and descriptors) to the zygote, waiting while it is behind.
+
+        The control socket is non-blocking: with hundreds of runs started at once, its
+        buffer fills and ``sendmsg`` fails with EAGAIN until the zygote reads.
+
+        Raises:
+            OSError: if the zygote is gone, or took nothing for ``_START_TIMEOUT_S``.
+        """
+        loop = asyncio.get_running_loop()
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        deadline = loop.time() + _START_TIMEOUT_S
+        while True:
+            control = self._control
+            if control is None:
+                raise OSError("the warm pool's zygote is gone")
+            try:
+                control.sendmsg([message], ancillary)
+                return
+            except BlockingIOError:
+                if loop.time() > deadline:
+                    why = f"the warm pool's zygote took no job for {_START_TIMEOUT_S:g} s"
+                    raise OSError(why) from None
+            writable = loop.create_future()
+            loop.add_writer(control.fileno(), _set_once, writable)
+            try:
+                async with asyncio.timeout(0.1):  # re-checked: the pool may close meanwhile
+                    await writable
+            except TimeoutError:
+                pass
+            finally:
+                with contextlib.suppress(ValueError, OSError):
+                    loop.remove_writer(control.fileno())
+
     def _preload(self, source: bytes) -> str | None:
         """The key of ``source``'s preloaded code in the zygote, if it is a trusted program.
 
@@ -530,13 +589,9 @@ class WarmPoolSandbox:
         }
         exited: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[run_id] = exited
-        started = time.monotonic()
         try:
-            assert self._control is not None
-            self._control.sendmsg(
-                [json.dumps(header).encode()],
-                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", given))],
-            )
+            await self._send(json.dumps(header).encode(), given)
+            started = time.monotonic()  # a wait for the zygote to read is not the run's time
         except BaseException:
             self._pending.pop(run_id, None)
             for read_end, _ in pipes.values():
@@ -551,8 +606,15 @@ class WarmPoolSandbox:
             if cgroup is not None:
                 cgroup.kill()
             elif self._control is not None:
-                with contextlib.suppress(OSError):
-                    self._control.send(json.dumps({"kill": run_id}).encode())
+                message = json.dumps({"kill": run_id}).encode()
+                try:
+                    self._control.send(message)
+                except BlockingIOError:  # the zygote is behind: send it when it can take it
+                    self._later.add(loop.create_task(self._send(message, [])))
+                    for task in [task for task in self._later if task.done()]:
+                        self._later.discard(task)
+                except OSError:
+                    pass  # the zygote is gone, and its runs with it
 
         watcher = Supervisor(
             {name: ends[0] for name, ends in pipes.items()},
