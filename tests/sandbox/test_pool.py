@@ -8,6 +8,7 @@ import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +136,60 @@ async def test_six_hundred_runs_at_once_all_run(bwrap_sandbox) -> None:
         )
     failed = [r for r in results if (r.status, r.stdout) != (Status.OK, b"ok\n")]
     assert failed == [], (len(failed), failed[:2])
+
+
+async def test_a_run_queued_behind_a_stalled_zygote_is_timed_from_its_start_and_killed(
+    bwrap_sandbox,
+) -> None:
+    # The wall clock used to start when the job was sent: a run queued behind a busy
+    # zygote was killed before it was forked (the kill reached nothing) and then ran
+    # to its end, or, queued long enough, a correct run was called a timeout.
+    async with WarmPoolSandbox() as box:
+        await asyncio.gather(*(box.run_python(b"pass") for _ in range(6)))  # staged used up
+        assert box._proc is not None
+        zygote = box._proc.pid
+        while Path(f"/proc/{zygote}/comm").read_text().strip() == "bwrap":
+            zygote = int(Path(f"/proc/{zygote}/task/{zygote}/children").read_text().split()[0])
+        os.kill(zygote, signal.SIGSTOP)
+        try:
+            sleepers = [
+                asyncio.create_task(
+                    box.run_python(
+                        b"import time; time.sleep(15); print('ran to the end')",
+                        limits=Limits(wall_time_s=0.5),
+                    )
+                )
+                for _ in range(3)
+            ]
+            quick = asyncio.create_task(
+                box.run_python(b"print('ok')", limits=Limits(wall_time_s=0.5))
+            )
+            await asyncio.sleep(1.5)  # three times their wall time, queued
+        finally:
+            os.kill(zygote, signal.SIGCONT)
+        for result in await asyncio.gather(*sleepers):
+            assert (result.status, result.stdout) == (Status.TIME_LIMIT, b""), result
+            assert result.wall_time_s < 3, result
+        done = await quick
+        assert (done.status, done.stdout) == (Status.OK, b"ok\n"), done
+
+
+async def test_closing_a_pool_mid_burst_fails_its_runs_cleanly_and_leaves_the_loop_usable(
+    bwrap_sandbox,
+) -> None:
+    # Sends waiting for room on the control socket kept a writer registered on it after
+    # close: the next pool on the loop then failed to start (FileNotFoundError).
+    box = WarmPoolSandbox()
+    await box.start()
+    runs = [asyncio.create_task(box.run_python(b"import time; time.sleep(2)")) for _ in range(600)]
+    await asyncio.sleep(0.3)
+    await box.aclose()
+    results = await asyncio.gather(*runs)
+    assert {r.status for r in results} <= {Status.SANDBOX_ERROR, Status.OK}
+    async with WarmPoolSandbox() as again:
+        after = await again.run_python(b"print('after')")
+    assert (after.status, after.stdout) == (Status.OK, b"after\n"), after
+    assert run_cgroups() == []
 
 
 ADD_TEST = "from solution import add\ndef test_add():\n    assert add(1, 2) == 3\n"

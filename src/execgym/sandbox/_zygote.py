@@ -27,7 +27,9 @@ code, until a job naming ``"staged": slot`` arrives; it then goes on from step 2
 The zygote itself never reads a job's contents (they stay in the passed descriptors),
 so no rollout can find another's program, tests or nonce in memory it inherits. The
 pool prepends :mod:`execgym.sandbox._proctree` (``tree_cpu_time_s``) to this source. It
-reports ``{"run": id, "status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
+reports ``{"began": id}`` once a run is forked (or handed to its staged init: the
+host's clocks start then, not while the job waits in the queue), and ``{"run": id,
+"status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
 a run ends (``{"run": id, "error": why}`` if it could not be forked), and kills a
 run's process on ``{"kill": id}``. With the end it reports ``"processes"``, what the run
 started, and ``"written"``, the bytes the run's processes wrote: its PID 1 kills and
@@ -663,6 +665,7 @@ def serve():
                 end.in_zygote()
                 ends[pid] = end
             runs[pid] = (header["run"], network)
+            control.send(json.dumps({"began": header["run"]}).encode())  # the host's clocks
             if poll:
                 polled[pid] = [poll.get("cpu_time_s"), poll.get("memory_bytes"), 0, None]
             for fd in fds:

@@ -189,6 +189,7 @@ class WarmPoolSandbox:
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._began: dict[int, asyncio.Future[None]] = {}  # set when the zygote starts it
         self._ready: asyncio.Future[dict[str, Any]] | None = None
         self._lock = asyncio.Lock()
         self._staged: collections.deque[tuple[int, RunCgroup]] = collections.deque()
@@ -313,6 +314,11 @@ class WarmPoolSandbox:
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(body)
             return
+        began = self._began.pop(body.get("began", body.get("run")), None)
+        if began is not None and not began.done():
+            began.set_result(None)
+        if "began" in body:
+            return
         future = self._pending.pop(body["run"], None)
         if future is not None and not future.done():
             future.set_result(body)
@@ -324,18 +330,24 @@ class WarmPoolSandbox:
         error = SandboxSetupFailed(why)
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(error)
-        for future in self._pending.values():
+        for future in [*self._pending.values(), *self._began.values()]:
             if not future.done():
                 future.set_exception(error)
         self._pending.clear()
+        self._began.clear()
 
     def _stop_zygote(self) -> str:
         errors = ""
         if self._control is not None:
             with contextlib.suppress(ValueError, OSError, RuntimeError):
-                asyncio.get_running_loop().remove_reader(self._control.fileno())
+                loop = asyncio.get_running_loop()
+                loop.remove_reader(self._control.fileno())
+                loop.remove_writer(self._control.fileno())  # a send waiting for room
             self._control.close()
             self._control = None
+        for task in self._later:
+            task.cancel()
+        self._later.clear()
         if self._proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, 9)
@@ -475,18 +487,32 @@ class WarmPoolSandbox:
             if cgroup is not None:
                 cgroup.remove_soon()
 
-    async def _send(self, message: bytes, fds: Sequence[int]) -> None:
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        """A kill sent later is done: drop it, its failure included (the pool closed)."""
+        self._later.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    async def _send(
+        self, message: bytes, fds: Sequence[int], *, deadline_s: float | None = _START_TIMEOUT_S
+    ) -> None:
         """Send one message (and descriptors) to the zygote, waiting while it is behind.
 
         The control socket is non-blocking: with hundreds of runs started at once, its
         buffer fills and ``sendmsg`` fails with EAGAIN until the zygote reads.
 
+        Args:
+            message: The JSON header.
+            fds: Descriptors to pass with it (``SCM_RIGHTS``).
+            deadline_s: Give up after this many seconds without room (``None``: wait
+                as long as the zygote lives, as a kill must).
+
         Raises:
-            OSError: if the zygote is gone, or took nothing for ``_START_TIMEOUT_S``.
+            OSError: if the zygote is gone, or took nothing for ``deadline_s``.
         """
         loop = asyncio.get_running_loop()
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        deadline = loop.time() + _START_TIMEOUT_S
+        deadline = None if deadline_s is None else loop.time() + deadline_s
         while True:
             control = self._control
             if control is None:
@@ -495,19 +521,21 @@ class WarmPoolSandbox:
                 control.sendmsg([message], ancillary)
                 return
             except BlockingIOError:
-                if loop.time() > deadline:
+                if deadline is not None and loop.time() > deadline:
                     why = f"the warm pool's zygote took no job for {_START_TIMEOUT_S:g} s"
                     raise OSError(why) from None
             writable = loop.create_future()
-            loop.add_writer(control.fileno(), _set_once, writable)
+            fd = control.fileno()
+            loop.add_writer(fd, _set_once, writable)
             try:
                 async with asyncio.timeout(0.1):  # re-checked: the pool may close meanwhile
                     await writable
             except TimeoutError:
                 pass
             finally:
-                with contextlib.suppress(ValueError, OSError):
-                    loop.remove_writer(control.fileno())
+                if self._control is control:  # else _stop_zygote removed it, and closed fd
+                    with contextlib.suppress(ValueError, OSError):
+                        loop.remove_writer(fd)
 
     def _preload(self, source: bytes) -> str | None:
         """The key of ``source``'s preloaded code in the zygote, if it is a trusted program.
@@ -588,12 +616,17 @@ class WarmPoolSandbox:
             "poll": poll,
         }
         exited: asyncio.Future[dict[str, Any]] = loop.create_future()
+        began: asyncio.Future[None] = loop.create_future()
         self._pending[run_id] = exited
+        self._began[run_id] = began
         try:
             await self._send(json.dumps(header).encode(), given)
-            started = time.monotonic()  # a wait for the zygote to read is not the run's time
         except BaseException:
             self._pending.pop(run_id, None)
+            self._began.pop(run_id, None)
+            for future in (exited, began):  # failed by _broken meanwhile, perhaps: read it
+                if future.done() and not future.cancelled():
+                    future.exception()
             for read_end, _ in pipes.values():
                 os.close(read_end)
             raise
@@ -601,6 +634,19 @@ class WarmPoolSandbox:
             for fd in given:
                 os.close(fd)
         self._replenish()
+        try:
+            # The clocks start when the zygote starts the run, not while the job waits
+            # in its queue (hundreds at once on a busy machine): a run is never timed
+            # out for our queue, and a kill never goes to a run not forked yet.
+            await began
+        except BaseException:
+            self._pending.pop(run_id, None)
+            if exited.done() and not exited.cancelled():
+                exited.exception()
+            for read_end, _ in pipes.values():
+                os.close(read_end)
+            raise
+        started = time.monotonic()
 
         def kill() -> None:
             if cgroup is not None:
@@ -610,9 +656,9 @@ class WarmPoolSandbox:
                 try:
                     self._control.send(message)
                 except BlockingIOError:  # the zygote is behind: send it when it can take it
-                    self._later.add(loop.create_task(self._send(message, [])))
-                    for task in [task for task in self._later if task.done()]:
-                        self._later.discard(task)
+                    task = loop.create_task(self._send(message, [], deadline_s=None))
+                    self._later.add(task)
+                    task.add_done_callback(self._forget)
                 except OSError:
                     pass  # the zygote is gone, and its runs with it
 
