@@ -581,15 +581,22 @@ class WarmPoolSandbox:
             limits, cgroup, backend=self._fresh.enforcement(limits), polls_tree=False
         )
         names = ("stdout", "stderr", "report") if want_report else ("stdout", "stderr")
-        pipes = {name: os.pipe() for name in names}
-        given = [
-            memfd_with(stdin, "execgym-stdin") if stdin else os.open(os.devnull, os.O_RDONLY),
-            pipes["stdout"][1],
-            pipes["stderr"][1],
-            *([pipes["report"][1]] if want_report else []),
-            memfd_with(archive, "execgym-files"),
-            memfd_with(source, "execgym-script"),
-        ]
+        pipes: dict[str, tuple[int, int]] = {}
+        given: list[int] = []
+        try:  # EMFILE part-way (hundreds of runs at once) must not leak what was opened
+            for name in names:
+                pipes[name] = os.pipe()
+            given += [
+                memfd_with(stdin, "execgym-stdin") if stdin else os.open(os.devnull, os.O_RDONLY)
+            ]
+            given += [pipes["stdout"][1], pipes["stderr"][1]]
+            given += [pipes["report"][1]] if want_report else []
+            given += [memfd_with(archive, "execgym-files")]
+            given += [memfd_with(source, "execgym-script")]
+        except OSError:
+            for fd in {*given, *(fd for ends in pipes.values() for fd in ends)}:
+                os.close(fd)
+            raise
         run_id = next(_runs)
         program = self._preload(source)
         poll = _zygote_polls(limits, cgroup)
@@ -650,8 +657,11 @@ class WarmPoolSandbox:
 
         def kill() -> None:
             if cgroup is not None:
-                cgroup.kill()
-            elif self._control is not None:
+                # One pass, not a wait on the event loop (the removal kills until empty);
+                # the zygote also kills the run's PID 1 by its pid, which takes the
+                # whole PID namespace with it, even one still joining its cgroup.
+                cgroup.kill(until_empty=False)
+            if self._control is not None:
                 message = json.dumps({"kill": run_id}).encode()
                 try:
                     self._control.send(message)
