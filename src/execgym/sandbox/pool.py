@@ -531,7 +531,7 @@ class WarmPoolSandbox:
                 async with asyncio.timeout(0.1):  # re-checked: the pool may close meanwhile
                     await writable
             except TimeoutError:
-                pass
+                pass  # no room yet: try again, and see whether the pool closed meanwhile
             finally:
                 if self._control is control:  # else _stop_zygote removed it, and closed fd
                     with contextlib.suppress(ValueError, OSError):
@@ -626,9 +626,8 @@ class WarmPoolSandbox:
         began: asyncio.Future[None] = loop.create_future()
         self._pending[run_id] = exited
         self._began[run_id] = began
-        try:
-            await self._send(json.dumps(header).encode(), given)
-        except BaseException:
+
+        def abandon() -> None:  # the run will not be watched: forget it, free our ends
             self._pending.pop(run_id, None)
             self._began.pop(run_id, None)
             for future in (exited, began):  # failed by _broken meanwhile, perhaps: read it
@@ -636,6 +635,11 @@ class WarmPoolSandbox:
                     future.exception()
             for read_end, _ in pipes.values():
                 os.close(read_end)
+
+        try:
+            await self._send(json.dumps(header).encode(), given)
+        except BaseException:
+            abandon()
             raise
         finally:
             for fd in given:
@@ -647,11 +651,7 @@ class WarmPoolSandbox:
             # out for our queue, and a kill never goes to a run not forked yet.
             await began
         except BaseException:
-            self._pending.pop(run_id, None)
-            if exited.done() and not exited.cancelled():
-                exited.exception()
-            for read_end, _ in pipes.values():
-                os.close(read_end)
+            abandon()
             raise
         started = time.monotonic()
 
