@@ -364,3 +364,107 @@ def describe_source(source, file_name):
                     break
     constants = {k: v for k, v in literals.items() if counts.get(k) == 1 and k not in bases}
     return names, constants, errors, everything
+
+
+class ImportGuard:
+    """From the end of collection on, the harness imports nothing the rollout could write.
+
+    The harness and the solution's process share a uid, so every directory the harness
+    can write (the work dir, ``/tmp``, ``/dev/shm``) the rollout can write too. A module
+    it leaves there under a standard-library name (``getpass.py``, ``pickle.py``) would
+    otherwise be found by a later import in the harness (pytest's ``tmp_path`` fixture
+    imports ``getpass``; a test body's ``import pickle``) and run beside the nonce.
+
+    :meth:`install` is called once collection is over, before any of the rollout's code
+    has run. It reads the task's own modules in the work dir (the test files and their
+    helpers, as the host wrote them) into memory, and puts the guard in
+    ``sys.meta_path`` right after the :class:`ModuleServer`: from then on a module is
+    found only in a ``sys.path`` entry on a read-only mount (the standard library,
+    site-packages; the sandbox cannot remount), or, in a writable directory, only as
+    one of those copies. Anything else is ``ModuleNotFoundError``, never a file the
+    rollout wrote after the tests were collected.
+    """
+
+    def __init__(self, skip_files):
+        self.skip = {os.path.abspath(name) for name in skip_files}
+        self.copies = {}
+        self.trusted = {}
+
+    def install(self, work):
+        for folder, _, files in os.walk(work):
+            for name in files:
+                path = os.path.join(folder, name)
+                if name.endswith(".py") and path not in self.skip and not os.path.islink(path):
+                    with open(path, "rb") as handle:
+                        self.copies[path] = handle.read()
+        position = 1 if sys.meta_path and isinstance(sys.meta_path[0], ModuleServer) else 0
+        sys.meta_path.insert(position, self)
+        sys.path_importer_cache.clear()
+
+    def read_only(self, folder):
+        """Whether no process of the sandbox can add a file to ``folder``.
+
+        True on a read-only mount (no process can remount), or for a directory the run's
+        uid neither owns (so it cannot ``chmod`` it) nor may write (gVisor reports its
+        read-only mounts as writable to ``statvfs``, but their files keep the host's
+        owners).
+        """
+        folder = os.path.abspath(folder or ".")
+        known = self.trusted.get(folder)
+        if known is None:
+            try:
+                known = bool(os.statvfs(folder).f_flag & os.ST_RDONLY) or (
+                    os.stat(folder).st_uid != os.geteuid() and not os.access(folder, os.W_OK)
+                )
+            except OSError:
+                known = False
+            self.trusted[folder] = known
+        return known
+
+    def find_spec(self, fullname, path=None, target=None):
+        import _imp
+        import importlib.machinery
+        import importlib.util
+
+        if fullname in sys.builtin_module_names or _imp.is_frozen(fullname):
+            return None  # the interpreter's own: not read from any directory
+        leaf = fullname.rpartition(".")[2]
+        for folder in list(sys.path if path is None else path):
+            if not isinstance(folder, str):
+                continue
+            if self.read_only(folder):
+                spec = importlib.machinery.PathFinder.find_spec(fullname, [folder], target)
+                if spec is not None:
+                    return spec
+                continue
+            base = os.path.join(os.path.abspath(folder or "."), leaf)
+            for file_name, package in ((base + ".py", False), (base + "/__init__.py", True)):
+                if file_name in self.copies:
+                    loader = CopiedSource(fullname, file_name, self.copies[file_name])
+                    return importlib.util.spec_from_file_location(
+                        fullname,
+                        file_name,
+                        loader=loader,
+                        submodule_search_locations=[base] if package else None,
+                    )
+        raise ModuleNotFoundError(
+            "No module named %r (the pytest harness imports only from read-only "
+            "directories and the task's own files once the tests are collected)" % fullname,
+            name=fullname,
+        )
+
+
+class CopiedSource:
+    """Loads one of the task's own modules from the copy :class:`ImportGuard` took."""
+
+    def __init__(self, fullname, path, source):
+        self.fullname, self.path, self.source = fullname, path, source
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(compile(self.source, self.path, "exec", dont_inherit=True), module.__dict__)
+
+    def get_source(self, fullname):
+        return self.source.decode("utf-8", "replace")

@@ -24,8 +24,10 @@ that forwards calls, attribute reads, ``len``, ``iter``, ``next``, indexing, ``i
 come back as plain data, or as handles (new remotes) for other objects. The solution
 process imports the rollout's modules only when pytest has finished collecting, so the
 rollout's code first runs after every test module, conftest and plugin was loaded from
-disk, and no bytecode cache is read. Comparing a remote object with ``==`` is identity,
-never the solution's ``__eq__``. A result subclassing a builtin type (an always-equal
+disk, and no bytecode cache is read. From then on the harness imports only from
+read-only directories and from copies of the task's own files taken before
+(:class:`ImportGuard`), never a module the rollout wrote into a writable directory.
+Comparing a remote object with ``==`` is identity, never the solution's ``__eq__``. A result subclassing a builtin type (an always-equal
 ``str``), or a forged answer on the pipe, is ``tampered``.
 
 Mode ``in_process``: pytest and the rollout share this process, as tests that need the
@@ -49,6 +51,7 @@ def main():
     lines = read_part(frames[1]).decode("utf-8").splitlines()
     mode, libraries, stop_first = lines[0].split(" ")
     server = ModuleServer(lines[1:], libraries, codec, frames) if mode == "proxy" else None
+    guard = ImportGuard(lines[1:])
     nonce, *test_files = read_part(frames[1]).decode("utf-8").splitlines()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     sys.stdin = open(os.devnull)
@@ -110,6 +113,7 @@ def main():
 
         def pytest_collection_finish(self, session):
             if server is not None:
+                guard.install(os.getcwd())  # before any of the rollout's code runs
                 error = server.start()
                 if error is not None:
                     trace = get(error, "execgym_solution", ("", "", ""))[2]
