@@ -27,8 +27,9 @@ rollout's code first runs after every test module, conftest and plugin was loade
 disk, and no bytecode cache is read. From then on the harness imports only from
 read-only directories and from copies of the task's own files taken before
 (:class:`ImportGuard`), never a module the rollout wrote into a writable directory.
-Comparing a remote object with ``==`` is identity, never the solution's ``__eq__``. A result subclassing a builtin type (an always-equal
-``str``), or a forged answer on the pipe, is ``tampered``.
+Comparing a remote object with ``==`` is identity, never the solution's ``__eq__``. A
+result subclassing a builtin type (an always-equal ``str``), or a forged answer on the
+pipe, is ``tampered``.
 
 Mode ``in_process``: pytest and the rollout share this process, as tests that need the
 rollout's real objects require. The harness remembers the functions that make and log
