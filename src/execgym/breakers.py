@@ -5,11 +5,14 @@ own function of the task): the data set (the part of the task id before the firs
 ``/``, so ``HumanEval/12`` is ``HumanEval``), the task family (``kind/language``, such
 as ``stdio/cpp``), or the task id itself.
 
-Only **infrastructure failures** count (:func:`is_infrastructure_failure`): a
-``sandbox_error`` verdict, which is what a setup failure, a harness that died or ran
-out of memory before reporting, and a job dead-lettered because it crashed or killed
-its worker all end as. The model's own wrong answers (``failed``, ``error``,
-``timeout``, ``memory_exceeded``...) never do.
+Only **infrastructure failures** count (:func:`is_infrastructure_failure`, decided by
+:func:`execgym.masking.counts_toward_breaker`): a ``sandbox_error`` whose run proves
+the infrastructure failed (the sandbox's own setup failure, a harness that never
+started or could not load), and a job dead-lettered because it crashed or killed its
+worker. The model's own wrong answers (``failed``, ``error``, ``timeout``,
+``memory_exceeded``...) never do, nor does any failure a rollout can trigger, even a
+masked one (a task's checker crashing on its output, an exception of execgym's host
+code on its data): five garbage rollouts must never quarantine a data set.
 
 States (the ``execgym_breaker_state`` gauge: 0, 1, 2)::
 
@@ -49,7 +52,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from execgym.errors import ConfigError
-from execgym.judges.base import Verdict
+from execgym.judges.base import Judgement
+from execgym.masking import counts_toward_breaker
 from execgym.tasks.models import Task
 
 log = logging.getLogger(__name__)
@@ -98,9 +102,12 @@ def type_key(key: str | TaskTypeKey) -> TaskTypeKey:
         ) from None
 
 
-def is_infrastructure_failure(verdict: Verdict) -> bool:
-    """Whether ``verdict`` says our side failed (counted by breakers), not the model."""
-    return verdict is Verdict.SANDBOX_ERROR
+def is_infrastructure_failure(judgement: Judgement) -> bool:
+    """Whether ``judgement`` proves our side failed (counted by breakers), not the model.
+
+    See :func:`execgym.masking.counts_toward_breaker`, where the rule is written.
+    """
+    return counts_toward_breaker(judgement)
 
 
 class BreakerState(enum.IntEnum):

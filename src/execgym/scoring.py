@@ -3,7 +3,8 @@
 One bad rollout never sinks the batch: a malformed line or an unknown task becomes an
 ``invalid`` result, a failure of ours a ``sandbox_error`` (retried once), and every
 result is handed to ``on_result`` as soon as it exists, so nothing already scored is
-lost if the run is interrupted.
+lost if the run is interrupted. Which failures are masked, and which count toward a
+circuit breaker, is decided by :mod:`execgym.masking`, where the rule is written.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execgym.breakers import Breakers, dataset_of, is_infrastructure_failure
-from execgym.errors import Error, SandboxSetupFailed
+from execgym.errors import Error, SandboxSetupFailed, TaskError
 from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
@@ -293,7 +294,7 @@ class Scorer:
             )  # fmt: skip
             return self._finished(result, task_type)
         result = await self._score_task(item.index, task, rollout, rollout_id)
-        failed = is_infrastructure_failure(result.verdict)
+        failed = result.judgement is not None and is_infrastructure_failure(result.judgement)
         self.breakers.record(ticket, infrastructure_failure=failed)
         return self._finished(result, task_type)
 
@@ -325,9 +326,14 @@ class Scorer:
             try:
                 limits = task.limits_over(self.limits)
                 judgement = await self.judge_rollout(task, rollout, limits)
-            except Error as error:
+            except TaskError as error:  # the task's own material (see execgym.masking)
                 return _invalid(index, task.task_id, rollout_id, str(error), isolation)
-            except Exception as error:  # our bug: never the model's fault, never a 0
+            except Error as error:  # the sandbox or the host could not do its job
+                log.warning("sandbox_failed task_id=%s: %s", task.task_id, error)
+                judgement = Judgement(
+                    Verdict.SANDBOX_ERROR, message=f"{type(error).__name__}: {error}"
+                )
+            except Exception as error:  # our bug: masked, never counted by a breaker
                 log.exception("judge_crashed task_id=%s", task.task_id)
                 judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"internal error: {error!r}")
             if judgement.verdict is not Verdict.SANDBOX_ERROR:

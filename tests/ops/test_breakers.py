@@ -343,3 +343,62 @@ async def test_trainer_adapters_mask_quarantined_samples() -> None:
     verl = _as_verl(quarantined)
     assert verl["masked"] == 1.0
     assert verl["verdict"] == "quarantined"
+
+
+# Issue 18, kind 3: a task's checker that crashes on unparsable output (int() of prose) is
+# reached by garbage rollouts; whatever verdict that crash earns, it is the rollout's doing,
+# so it must never count toward the breaker of the data set, where correct rollouts of the
+# data set's other tasks would then come back quarantined.
+CRASHING_CHECKER = Task.model_validate(
+    {
+        "task_id": "Judged/checker",
+        "kind": "stdio",
+        "test_cases": [{"input": "", "output": "3"}],
+        "checker": {
+            "language": "python",
+            "source": "import sys\n"
+            "expected = int(open(sys.argv[2]).read())\n"
+            "actual = int(open(sys.argv[3]).read())  # crashes on prose\n"
+            "sys.exit(0 if actual == expected else 1)\n",
+        },
+    }
+)
+GARBAGE = ("print('I think the answer is three')", "print('1 2 3')", "print('\\u00e9\\u00e8')")
+
+
+async def test_garbage_rollouts_crashing_a_checker_never_quarantine_the_data_set(
+    bwrap_sandbox,
+) -> None:
+    honest = [task(f"Judged/{n}") for n in range(3)]
+    tasks = {t.task_id: t for t in [CRASHING_CHECKER, *honest]}
+    breakers = Breakers(BreakerPolicy(failures=5, window_s=600, cooldown_s=600))
+    scorer = Scorer(tasks, bwrap_sandbox, breakers=breakers)
+    lines = [
+        RolloutLine(i, Rollout(task_id=CRASHING_CHECKER.task_id, completion=GARBAGE[i % 3]))
+        for i in range(6)
+    ]
+    lines += rollouts(honest, start=len(lines))
+    results = await scorer.score(lines, workers=1)
+    garbage, correct = results[:6], results[6:]
+    assert all(r.verdict is not Verdict.QUARANTINED for r in garbage), [r.message for r in garbage]
+    assert [(r.verdict, r.reward) for r in correct] == [(Verdict.PASSED, 1.0)] * 3, [
+        r.message for r in correct
+    ]
+    assert breakers.state("Judged") is BreakerState.CLOSED
+    assert breakers.views()["Judged"].failures == 0
+
+
+async def test_an_exception_of_execgyms_own_code_is_masked_but_never_counted() -> None:
+    """A judge crashing on a rollout's data is our bug (masked, so a correct answer is not
+    punished), but the rollout may have triggered it: it never opens a breaker."""
+
+    class Crashing(Scorer):
+        async def judge_rollout(self, task, rollout, limits):  # type: ignore[no-untyped-def]
+            raise OverflowError("int too large to convert to float")
+
+    breakers = Breakers(BreakerPolicy(failures=2))
+    good = task("Crashy/1")
+    scorer = Crashing({good.task_id: good}, FakeSandbox(harness_pass), breakers=breakers)
+    results = await scorer.score(rollouts([good] * 4), workers=1)
+    assert [(r.verdict, r.reward) for r in results] == [(Verdict.SANDBOX_ERROR, None)] * 4
+    assert breakers.state("Crashy") is BreakerState.CLOSED

@@ -33,13 +33,13 @@ class Verdict(enum.Enum):
 
     @property
     def is_masked(self) -> bool:
-        """Whether this verdict carries no reward (our fault or bad input)."""
-        return self in (
-            Verdict.SANDBOX_ERROR,
-            Verdict.INVALID,
-            Verdict.LANGUAGE_UNAVAILABLE,
-            Verdict.QUARANTINED,
-        )
+        """Whether this verdict carries no reward (not the rollout's fault).
+
+        Decided by :func:`execgym.masking.is_masked`, where the rule is written.
+        """
+        from execgym.masking import is_masked
+
+        return is_masked(self)
 
 
 RUN_STATUS_VERDICT = {
@@ -93,14 +93,18 @@ def never_started(run: RunResult, what: str) -> Judgement | None:
 
     Such a run never reached our harness (bwrap, setpriv or the interpreter failed, or
     the host was too slow to start it within the limits); no solution can cause it, as
-    the marker precedes its code.
+    the marker precedes its code, so it is marked as an infrastructure failure
+    (:data:`execgym.masking.INFRASTRUCTURE_MARK`).
     """
     if run.status is Status.SANDBOX_ERROR or run.report.startswith(START_MARKER):
         return None
     stderr = tail_text(run.stderr).strip()
     message = f"the sandbox never started the {what} ({run.message or run.status.value})"
     return Judgement(
-        Verdict.SANDBOX_ERROR, run, message=message + (f": {stderr}" if stderr else "")
+        Verdict.SANDBOX_ERROR,
+        run,
+        message=message + (f": {stderr}" if stderr else ""),
+        details={"infrastructure": "the harness never started"},
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from execgym.judges._programs import harness_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.limits import Limits
+from execgym.masking import INFRASTRUCTURE_MARK
 from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import Task
 from execgym.toolchains import PYTHON_LIBRARIES_DIR, python_libraries
@@ -149,5 +150,7 @@ def interpret_pytest_run(run: RunResult, nonce: str) -> Judgement:
         return report
     if "harness_error" in report:
         message = f"pytest is not usable inside the sandbox: {report['harness_error']}"
-        return Judgement(Verdict.SANDBOX_ERROR, run, message=message)
+        # reported before any of the rollout's code existed: the infrastructure's failure
+        details = {INFRASTRUCTURE_MARK: "pytest cannot be imported in the sandbox"}
+        return Judgement(Verdict.SANDBOX_ERROR, run, message=message, details=details)
     return summarize_tests(report, run)
