@@ -28,7 +28,8 @@ def test_only_a_run_that_proves_the_infrastructure_failed_counts_toward_a_breake
     setup_failed = fake_result(Status.SANDBOX_ERROR, exit_code=None, message="bwrap: EPERM")
     assert counts_toward_breaker(Judgement(Verdict.SANDBOX_ERROR, setup_failed))
     unstarted = never_started(fake_result(Status.RUNTIME_ERROR, exit_code=1), "harness")
-    assert unstarted is not None and counts_toward_breaker(unstarted)
+    assert unstarted is not None
+    assert counts_toward_breaker(unstarted)
     ran = fake_result(Status.OK, exit_code=0)
     # a checker crashing on the rollout's output: masked or not, the rollout reached it
     assert not counts_toward_breaker(Judgement(Verdict.SANDBOX_ERROR, ran, message="checker"))
