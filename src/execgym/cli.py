@@ -30,7 +30,7 @@ from execgym._storage_cli import check_store, upload_results
 from execgym._version import __version__
 from execgym.breakers import DEFAULT_SPEC, Breakers, from_spec
 from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
-from execgym.errors import Error, TaskError
+from execgym.errors import DamagedInput, Error, TaskError
 from execgym.judges.compile import Builder
 from execgym.limits import (
     DEFAULT_LIMITS,
@@ -74,7 +74,12 @@ def _parse_ks(text: str) -> tuple[int, ...]:
 
 def _load_inputs(
     tasks_path: str | None, rollouts_path: str | None, dataset: str | None, solutions: str | None
-) -> tuple[dict[str, Task], list[RolloutLine | LineProblem], dict[str, str]]:
+) -> tuple[dict[str, Task], list[RolloutLine | LineProblem], dict[str, str], DamagedInput | None]:
+    """Tasks, rollouts (and unusable lines), skipped tasks, and a damaged rollouts file.
+
+    The damage of a truncated ``.gz`` rollouts file is returned, not raised: its
+    complete lines are scored first (see :func:`_exit_if_damaged`).
+    """
     if dataset and tasks_path and rollouts_path:
         raise click.UsageError("give either --dataset or a TASKS file, not both")
     if dataset and tasks_path:  # with --dataset, the one file given is ROLLOUTS
@@ -122,15 +127,41 @@ def _load_inputs(
                 task_id=task_id, completion=reference, rollout_id=f"{task_id}#canonical"
             )
             items.append(RolloutLine(len(items), rollout))
-        return tasks, items, skipped
+        return tasks, items, skipped, None
     if not rollouts_path:
         raise click.UsageError("give a ROLLOUTS.jsonl file, or --solutions canonical")
-    items = list(load_rollouts(rollouts_path))
+    items = []
+    damaged = None
+    try:
+        items.extend(load_rollouts(rollouts_path, warn=_warn_repaired))
+    except DamagedInput as error:  # every complete line before the damage is in items
+        damaged = error
+        click.echo(f"warning: {error}; scoring the {len(items)} rollout(s) read", err=True)
     for item in items:
         if isinstance(item, LineProblem):
             click.echo(f"warning: bad rollout line (scored as invalid): {item}", err=True)
     _warn_duplicate_ids(items)
-    return tasks, items, skipped
+    return tasks, items, skipped, damaged
+
+
+def _warn_repaired(problem: LineProblem) -> None:
+    click.echo(f"warning: {problem}", err=True)
+
+
+DAMAGED_INPUT_EXIT = 3
+"""``execgym score``'s exit code when the rollouts file was damaged (a truncated
+``.gz``): every complete line was scored and written, but rollouts are missing."""
+
+
+def _exit_if_damaged(damaged: DamagedInput | None) -> None:
+    """After the summary: name the damage again and exit 3 (the results are written)."""
+    if damaged is not None:
+        click.echo(
+            f"error: the input was damaged: {damaged}; the {damaged.lines_read} line(s) "
+            f"before it were scored (exit {DAMAGED_INPUT_EXIT})",
+            err=True,
+        )
+        sys.exit(DAMAGED_INPUT_EXIT)
 
 
 def _warn_duplicate_ids(items: list[RolloutLine | LineProblem]) -> None:
@@ -416,7 +447,7 @@ def score(
             memory_bytes=memory_bytes,
         )
         reward = load_spec(reward_name) if reward_name is not None else None
-        tasks, items, skipped = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
+        tasks, items, skipped, damaged = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
         if broker_url not in EMBEDDED:
             if reward is not None:
                 raise click.UsageError(
@@ -439,6 +470,7 @@ def score(
         click.echo(f"isolation: the workers' (see each result); broker: {broker_url}")
         if store_url is not None:
             click.echo(upload_results(store_url, batch_id, Path(output)))
+        _exit_if_damaged(damaged)
         return
     try:
         sandbox = _sandbox(isolation, warm_pool, allow_root)
@@ -474,6 +506,7 @@ def score(
         click.echo(line)
     if store_url is not None:
         click.echo(upload_results(store_url, batch_id, Path(output)))
+    _exit_if_damaged(damaged)
 
 
 _SHOWN_LIMITS = ("memory_bytes", "cpu_time_s", "max_processes")
@@ -623,8 +656,13 @@ def _write_results(
             _drop_partial_line(output, written)
 
 
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"})
+"""Characters ``json.dumps`` writes raw that ``str.splitlines()`` splits at: escaped, so a
+reader that splits the results file that way still gets one result per line."""
+
+
 def _result_line(result: ScoredRollout) -> str:
-    return json.dumps(result.to_json(), ensure_ascii=False) + "\n"
+    return json.dumps(result.to_json(), ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
 
 
 def _drop_partial_line(output: str, written: list[ScoredRollout]) -> None:

@@ -13,7 +13,8 @@ Error:
     │   ├── EpisodeNotFound     no such episode: never opened, deleted, or reclaimed
     │   └── EpisodeOver         the episode has ended; open a new one
     ├── TaskError               a task, rollout or input file is invalid
-    │   └── TaskNotFound        a data set or task id that does not exist
+    │   ├── TaskNotFound        a data set or task id that does not exist
+    │   └── DamagedInput        a compressed input file ends early or is corrupt
     ├── SandboxError            the sandbox could not do its job
     │   ├── SandboxUnavailable  backend missing on this host (no bwrap, no user namespaces)
     │   └── SandboxSetupFailed  namespaces, mounts or cgroups could not be set up
@@ -77,6 +78,24 @@ class TaskError(Error):
 
 class TaskNotFound(TaskError):
     """A data set name or task id that does not exist."""
+
+
+class DamagedInput(TaskError):
+    """A compressed input file (``.gz``) ends before its end marker, or is corrupt.
+
+    Raised by :func:`execgym.tasks.read_jsonl` (and the loaders built on it) *after*
+    every complete line before the damage has been yielded, so nothing readable is
+    lost; ``execgym score`` scores those lines, then reports this and exits 3.
+
+    Attributes:
+        path: The file.
+        lines_read: Complete lines read before the damage.
+    """
+
+    def __init__(self, message: str, path: str, lines_read: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.lines_read = lines_read
 
 
 class SandboxError(Error):

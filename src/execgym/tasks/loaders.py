@@ -6,20 +6,24 @@ naming the file, the line number and what is wrong, and the rest is still read.
 
 from __future__ import annotations
 
-import gzip
+import codecs
 import json
-from collections.abc import Iterator
+import logging
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
-from execgym.errors import TaskError
+from execgym.errors import DamagedInput, TaskError
 from execgym.tasks.datasets import DATASETS as _REGISTRY
 from execgym.tasks.datasets import load_builtin
 from execgym.tasks.datasets.humaneval import humaneval_path  # noqa: F401 - re-exported
 from execgym.tasks.models import Rollout, Task
+
+log = logging.getLogger(__name__)
 
 DATASETS = tuple(_REGISTRY)
 """Names of the built-in data sets (:mod:`execgym.tasks.datasets` has their sources)."""
@@ -63,38 +67,155 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, int, dict[str, Any] | LineProblem]]:
+CHUNK_BYTES = 1 << 16
+"""Bytes read from an input file at a time."""
+
+Warn = Callable[[LineProblem], None]
+"""Called with a usable line that needed repair (bytes that are not UTF-8)."""
+
+
+def _log_warning(problem: LineProblem) -> None:
+    log.warning("%s", problem)
+
+
+def _chunks(path: Path, handle: BinaryIO) -> Iterator[bytes]:
+    """The file's bytes, gunzipped for ``.gz`` (every member of a multi-member file).
+
+    Raises:
+        DamagedInput: after the last byte that could be read, if a ``.gz`` file ends
+            before its end marker or is corrupt; ``lines_read`` is filled in by the
+            caller.
+    """
+    if path.suffix != ".gz":
+        while chunk := handle.read(CHUNK_BYTES):
+            yield chunk
+        return
+    inflate = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
+    member_started = False
+    read = 0
+    while raw := handle.read(CHUNK_BYTES):
+        read += len(raw)
+        while raw:
+            try:
+                yield inflate.decompress(raw)
+            except zlib.error as error:
+                raise DamagedInput(
+                    f"{path} is not a valid gzip file or is corrupt near byte {read} "
+                    f"({error}); the lines before it were read",
+                    str(path),
+                    0,
+                ) from error
+            member_started = True
+            raw = inflate.unused_data
+            if inflate.eof:  # a member ended; another may follow (cat a.gz b.gz)
+                inflate = zlib.decompressobj(wbits=31)
+                member_started = bool(raw)
+    yield inflate.flush()
+    if member_started and not inflate.eof:
+        raise DamagedInput(
+            f"{path} is truncated: its gzip stream ends before the end marker (after "
+            f"{read} compressed bytes), so the lines after the last complete one are "
+            "missing; every complete line was read. Copy or download the file again",
+            str(path),
+            0,
+        )
+
+
+def _lines(path: Path, handle: BinaryIO) -> Iterator[bytes]:
+    """The file's lines, split on LF only, without it.
+
+    A carriage return, U+2028 or U+0085 never ends a line here (inside a JSON value
+    they are data, and between tokens CR is whitespace).
+    """
+    tail = b""
+    for chunk in _chunks(path, handle):
+        if not chunk:
+            continue
+        *whole, tail = (tail + chunk).split(b"\n")
+        yield from whole
+    if tail:
+        yield tail
+
+
+def _decode(raw: bytes, path: Path, number: int, index: int, warn: Warn) -> str:
+    """A line as text: UTF-8 (a byte-order mark on line 1 dropped); bad bytes replaced.
+
+    Replacement keeps the line (its rollout is scored as written, with U+FFFD for
+    each bad byte) and ``warn`` is told which line and byte.
+    """
+    if number == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad = raw[error.start : error.start + 4]
+        warn(
+            LineProblem(
+                str(path),
+                number,
+                index,
+                f"bytes that are not UTF-8 (first at byte {error.start + 1} of the line: "
+                f"{bad!r}) were replaced with U+FFFD; the line is scored as replaced. "
+                "Write the file as UTF-8",
+            )
+        )
+        return raw.decode("utf-8", errors="replace")
+
+
+def read_jsonl(
+    path: str | Path, *, warn: Warn | None = None
+) -> Iterator[tuple[int, int, dict[str, Any] | LineProblem]]:
     """Yield ``(line_number, index, object or problem)`` for each non-blank line.
 
-    Gzipped files (``.gz``) are read transparently.
+    Lines end at LF (U+000A) only; CRLF is fine (the CR is JSON whitespace), and a
+    bare CR, U+2028 or U+0085 does not split a line, as JSON Lines says
+    (https://jsonlines.org: the line separator is LF; RFC 8259 section 2 makes
+    CR whitespace). Line numbers count LF-separated lines from 1, blank ones too;
+    ``index`` counts non-blank ones from 0. Gzipped files (``.gz``) are read
+    transparently, streaming.
+
+    Args:
+        path: The file.
+        warn: Told about a line that is used after repair (bytes that are not UTF-8,
+            replaced with U+FFFD); by default a warning is logged.
 
     Raises:
         TaskError: if the file cannot be opened.
+        DamagedInput: after the last complete line, if a ``.gz`` file is truncated
+            or corrupt (``lines_read`` says how many lines came before).
     """
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    warn = warn or _log_warning
     try:
-        # utf-8-sig: a byte-order mark (as some editors write) is not part of line 1.
-        handle = opener(path, "rt", encoding="utf-8-sig", errors="replace")
+        handle = path.open("rb")
     except OSError as error:
         raise TaskError(f"cannot read {path}: {error.strerror or error}") from error
     index = 0
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except ValueError as error:
-                value = LineProblem(str(path), number, index, f"not valid JSON ({error.msg})")
-            except RecursionError:
-                value = LineProblem(
-                    str(path), number, index, "not usable JSON (nested too deeply to read)"
-                )
-            if not isinstance(value, dict | LineProblem):
-                value = LineProblem(str(path), number, index, "each line must be a JSON object")
-            yield number, index, value
-            index += 1
+    number = 0
+    try:
+        with handle:
+            for number, raw in enumerate(_lines(path, handle), start=1):
+                if not raw.strip():
+                    continue
+                value = _parse(_decode(raw, path, number, index, warn), path, number, index)
+                yield number, index, value
+                index += 1
+    except DamagedInput as error:
+        raise DamagedInput(str(error), str(path), number) from error.__cause__
+    except OSError as error:
+        raise TaskError(f"cannot read {path}: {error.strerror or error}") from error
+
+
+def _parse(line: str, path: Path, number: int, index: int) -> dict[str, Any] | LineProblem:
+    try:
+        value = json.loads(line)
+    except ValueError as error:
+        return LineProblem(str(path), number, index, f"not valid JSON ({error.msg})")
+    except RecursionError:
+        return LineProblem(str(path), number, index, "not usable JSON (nested too deeply to read)")
+    if not isinstance(value, dict):
+        return LineProblem(str(path), number, index, "each line must be a JSON object")
+    return value
 
 
 def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
@@ -106,6 +227,8 @@ def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
 
     Raises:
         TaskError: if the file cannot be opened.
+        DamagedInput: if it is a truncated or corrupt ``.gz`` file (a partial task
+            set would make rollouts of the missing tasks ``invalid`` unnoticed).
     """
     tasks: dict[str, Task] = {}
     problems: list[LineProblem] = []
@@ -133,13 +256,19 @@ def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
     return tasks, problems
 
 
-def load_rollouts(path: str | Path) -> Iterator[RolloutLine | LineProblem]:
+def load_rollouts(
+    path: str | Path, *, warn: Warn | None = None
+) -> Iterator[RolloutLine | LineProblem]:
     """Yield each rollout of a rollouts JSONL file, or a problem for an unusable line.
+
+    Lines are read as :func:`read_jsonl` reads them (``warn`` is passed on).
 
     Raises:
         TaskError: if the file cannot be opened.
+        DamagedInput: after the last complete line of a truncated or corrupt ``.gz``
+            file; every rollout before it has been yielded.
     """
-    for number, index, value in read_jsonl(path):
+    for number, index, value in read_jsonl(path, warn=warn):
         if isinstance(value, LineProblem):
             yield value
             continue

@@ -62,7 +62,9 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
         value = json.loads(text)
         yield from value.values() if isinstance(value, dict) else value
         return
-    for number, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines() would also split at a raw U+2028, U+0085 or "\r"
+    # inside a JSON string (legal JSON), breaking the record in two.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         record = json.loads(line)
