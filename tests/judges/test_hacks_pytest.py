@@ -13,6 +13,9 @@ import pytest
 
 from execgym import Limits, Task, Verdict
 from execgym.limits import MiB
+from execgym.scoring import Scorer
+from execgym.tasks.loaders import RolloutLine
+from execgym.tasks.models import Rollout
 from tests.judges.hacks import (
     ALWAYS_EQUAL,
     EARLY_EXITS,
@@ -205,3 +208,71 @@ async def test_a_stdlib_named_module_written_by_the_rollout_is_never_imported_by
 
 async def test_a_stdlib_named_module_written_by_the_rollout_under_gvisor(gvisor_sandbox) -> None:
     await _late_import_hack(gvisor_sandbox)
+
+
+# Issue 18, kind 2: file names are the rollout's to choose, so a name that cannot be written
+# (or that would escape the work dir, or collide with another file) is the rollout's fault:
+# ``error`` with reward 0 and the reason, never ``invalid`` or ``sandbox_error`` (masked).
+BAD_FILE_NAMES = {
+    "parent-dir": {"../evil.py": "x = 1\n"},
+    "absolute": {"/tmp/evil.py": "x = 1\n"},
+    "nul-byte": {"ev\x00il.py": "x = 1\n"},
+    "newline": {"evil.py\nhelpers.py": "x = 1\n"},
+    "300-characters": {"e" * 297 + ".py": "x = 1\n"},
+    "under-the-solution-file": {"solution.py/x.py": "x = 1\n"},
+    "file-and-directory": {"pkg": "x = 1\n", "pkg/x.py": "x = 1\n"},
+    "over-a-test-file-directory": {"tests": "x = 1\n"},
+    "lone-surrogate": {"ev\ud800il.py": "x = 1\n"},
+    "empty": {"": "x = 1\n"},
+    "dot": {".": "x = 1\n"},
+    "too-large": {"big.py": "#" * (65 * 2**20)},
+}
+NESTED_TESTS = Task.model_validate(
+    {
+        "task_id": "hack/pytest-nested",
+        "kind": "pytest",
+        "test_files": {"tests/test_add.py": ADD_TESTS},
+    }
+)
+
+
+@pytest.mark.parametrize("files", list(BAD_FILE_NAMES.values()), ids=list(BAD_FILE_NAMES))
+async def test_a_rollout_file_name_that_cannot_be_written_is_an_error_not_a_mask(
+    hack_sandbox, files: dict[str, str]
+) -> None:
+    tasks = {NESTED_TESTS.task_id: NESTED_TESTS}
+    scorer = Scorer(tasks, hack_sandbox, LIMITS)
+    rollout = Rollout(task_id=NESTED_TESTS.task_id, completion=HONEST[ADD.task_id], files=files)
+    result = await scorer.score_one(RolloutLine(0, rollout))
+    assert (result.verdict, result.reward) == (Verdict.ERROR, 0.0), result.message
+    assert result.judgement is not None
+    assert result.judgement.error is not None
+    assert result.judgement.error.type == "BadRolloutFiles"
+    assert "file" in result.message
+
+
+async def test_bad_rollout_file_names_under_gvisor(gvisor_sandbox) -> None:
+    for name in ("300-characters", "file-and-directory", "parent-dir"):
+        tasks = {NESTED_TESTS.task_id: NESTED_TESTS}
+        rollout = Rollout(
+            task_id=NESTED_TESTS.task_id,
+            completion=HONEST[ADD.task_id],
+            files=BAD_FILE_NAMES[name],
+        )
+        result = await Scorer(tasks, gvisor_sandbox, LIMITS).score_one(RolloutLine(0, rollout))
+        assert (result.verdict, result.reward) == (Verdict.ERROR, 0.0), (name, result.message)
+
+
+async def test_good_nested_rollout_files_still_work(hack_sandbox) -> None:
+    task = NESTED_TESTS.model_copy(
+        update={"test_files": {"tests/test_add.py": ADD_TESTS.replace("solution", "lib.ops")}}
+    )
+    rollout = Rollout(
+        task_id=task.task_id,
+        completion="",
+        files={"lib/__init__.py": "", "lib/ops.py": HONEST[ADD.task_id]},
+    )
+    result = await Scorer({task.task_id: task}, hack_sandbox, LIMITS).score_one(
+        RolloutLine(0, rollout)
+    )
+    assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message

@@ -14,7 +14,9 @@ Verdicts: ``passed`` when at least one test passed and none failed or errored;
 tests passed"), a setup or teardown error, no test collected, or a run without report.
 
 A rollout may not ship ``conftest.py``, pytest's configuration files, or a file with
-the name of a test file: such a rollout is ``failed`` with the reason.
+the name of a test file: such a rollout is ``failed`` with the reason. Its file names
+and sizes are its own choice too: one that cannot be written into the work dir
+(:func:`rollout_files_problem`) is ``error`` with the reason, never masked.
 """
 
 from __future__ import annotations
@@ -45,6 +47,86 @@ def rollout_problem(task: Task, files: dict[str, str]) -> str:
             return f"the rollout may not ship {name!r}: it would configure or extend pytest"
         if name in task.test_files:
             return f"the rollout may not replace the task's test file {name!r}"
+    return ""
+
+
+MAX_ROLLOUT_FILES = 1000
+"""At most this many files in one rollout (its ``files`` and the completion)."""
+
+NAME_MAX_BYTES = 255
+"""Longest component of a file name, in UTF-8 bytes (Linux's ``NAME_MAX``)."""
+
+PATH_MAX_BYTES = 1024
+"""Longest file name, in UTF-8 bytes (well under Linux's ``PATH_MAX`` with the work dir)."""
+
+_PAGE_BYTES = 4096
+
+
+def rollout_files_problem(task: Task, files: dict[str, str], limits: Limits) -> str:
+    """Why the rollout's files cannot be written into the work dir, or ``""``.
+
+    The rollout chooses its file names and contents, so every name that could not be
+    written is the rollout's fault (``error``, reward 0), found here before any sandbox
+    runs, never left to fail in the sandbox (a ``sandbox_error``, masked) or to be
+    refused as input (``invalid``, masked); see :mod:`execgym.masking`. A name must be
+    a relative POSIX path of components other than ``""``, ``"."`` and ``".."``, in
+    UTF-8 without control characters or backslashes, each component at most
+    :data:`NAME_MAX_BYTES` and the whole at most :data:`PATH_MAX_BYTES`; no file may
+    sit where another (or the task's) needs a directory; the files must fit the work
+    dir (``limits.disk_bytes``, counted in 4 KiB pages, the task's files included) and
+    number at most :data:`MAX_ROLLOUT_FILES`.
+
+    Args:
+        task: The pytest task (its ``solution_path`` and ``test_files``).
+        files: The rollout's files by name, the completion at ``task.solution_path``.
+        limits: The run's limits.
+    """
+    if len(files) > MAX_ROLLOUT_FILES:
+        return f"the rollout ships {len(files)} files, more than {MAX_ROLLOUT_FILES}"
+    for name in files:
+        problem = _name_problem(name)
+        if problem:
+            return f"the rollout's file name {name[:80]!r} {problem}"
+    every = {**files, **task.test_files}
+    for name in every:
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder in every:
+                whose = "the task's test file" if name in task.test_files else "the file"
+                return (
+                    f"the rollout's file {folder!r} is where {whose} {name!r} needs a "
+                    "directory: a name cannot be both a file and a directory"
+                )
+    need = sum(
+        -(-len(text.encode("utf-8", "surrogatepass")) // _PAGE_BYTES) * _PAGE_BYTES
+        for text in every.values()
+    )
+    if need > limits.disk_bytes:
+        return (
+            f"the rollout's files need {need} bytes with the task's, more than the work "
+            f"dir holds ({limits.disk_bytes} bytes, limits.disk_bytes)"
+        )
+    return ""
+
+
+def _name_problem(name: str) -> str:
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8 (it holds a lone surrogate)"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name) or "\\" in name:
+        return "holds a control character (NUL, newline...) or a backslash"
+    if len(encoded) > PATH_MAX_BYTES:
+        return f"is {len(encoded)} bytes long, more than {PATH_MAX_BYTES}"
+    for part in name.split("/"):
+        if part in ("", ".", ".."):
+            return (
+                "must be a relative path inside the work dir, without '..', '.', a leading "
+                "or trailing '/' or an empty component"
+            )
+        if len(part.encode("utf-8")) > NAME_MAX_BYTES:
+            return f"has a component longer than {NAME_MAX_BYTES} bytes"
     return ""
 
 
@@ -131,6 +213,10 @@ class PytestJudge:
         problem = rollout_problem(task, {task.solution_path: completion, **extra})
         if problem:
             return Judgement(Verdict.FAILED, error=ErrorDetail("Refused", problem), message=problem)
+        problem = rollout_files_problem(task, {task.solution_path: completion, **extra}, limits)
+        if problem:  # the rollout's names: its fault, never a mask (execgym.masking)
+            error = ErrorDetail("BadRolloutFiles", problem)
+            return Judgement(Verdict.ERROR, error=error, message=problem)
         nonce = secrets.token_hex(16)
         contents = {task.solution_path: completion, **extra, **task.test_files}
         run = await sandbox.run_python(
