@@ -204,3 +204,15 @@ ONE_TASK = {
     "tests": "def check(c):\n    assert c() == 1\n",
 }
 """A minimal task whose correct completion is ``    return 1``."""
+
+
+def run_uid_expected(uid: int, *, in_user_namespace: int = 65534) -> bool:
+    """Whether ``uid`` is what a bwrap-tier run's program should be: as root a host uid of
+    the runs' own range (``execgym.sandbox._uids``, one per run); as an ordinary user
+    ``in_user_namespace`` (65534 in a fresh sandbox, 0 in the warm pool's namespace)."""
+    from execgym.sandbox._uids import uid_range
+
+    if os.geteuid() != 0:
+        return uid == in_user_namespace
+    first, count = uid_range()
+    return first <= uid < first + count

@@ -20,7 +20,13 @@ from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox import Status, WarmPoolSandbox
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.tasks import Task
-from tests.conftest import LIST_FDS, processes_with, run_cgroups, toolchain_dirs
+from tests.conftest import (
+    LIST_FDS,
+    processes_with,
+    run_cgroups,
+    run_uid_expected,
+    toolchain_dirs,
+)
 
 
 @pytest.fixture
@@ -29,7 +35,7 @@ async def pool(bwrap_sandbox) -> AsyncIterator[WarmPoolSandbox]:
         yield box
 
 
-async def test_runs_python_as_uid_65534_in_fresh_namespaces(pool) -> None:
+async def test_runs_python_as_a_run_uid_in_fresh_namespaces(pool) -> None:
     code = (
         b"import os, json, sys\n"
         b"print(json.dumps([os.getuid(), os.getpid(), sorted(os.listdir('/')), os.getcwd(),"
@@ -41,7 +47,7 @@ async def test_runs_python_as_uid_65534_in_fresh_namespaces(pool) -> None:
     result = await pool.run_python(code, env={"ASKED": "1"})
     assert result.status is Status.OK, result.stderr
     uid, pid, root, cwd, env, no_caps, pid1, etc = json.loads(result.stdout)
-    assert uid == (65534 if os.geteuid() == 0 else 0)  # in a user namespace: uid 0, no caps
+    assert run_uid_expected(uid, in_user_namespace=0), uid  # in a user namespace: 0, no caps
     assert pid == 2  # PID 1 is the run's own init, as in a fresh bwrap sandbox
     assert "home" not in root
     assert set(etc) <= toolchain_dirs().get("etc", set())  # toolchain configuration only

@@ -40,6 +40,7 @@ from execgym.sandbox._process import (
 from execgym.sandbox._results import interpret, with_init_count
 from execgym.sandbox._run import BASE_ENV, enforcement_of
 from execgym.sandbox._seccomp import seccomp_program
+from execgym.sandbox._uids import UidBlock
 from execgym.sandbox.base import RunResult
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,14 @@ class Ready:
     capacity: int
     reaped: bool = False
     count_fd: int = -1  # where its init writes what it counted (see bwrap.INIT_SCRIPT)
+    uid: int | None = None  # the host uid its program runs as, taken from ``block``
+    block: UidBlock | None = None
+
+    def give_uid(self) -> None:
+        """Return the run's uid to its block (once: its processes are all gone)."""
+        if self.block is not None and self.uid is not None:
+            self.block.give(self.uid)
+        self.uid = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +104,9 @@ class Prestarter:
     """Keeps up to ``depth`` prestarted sandboxes per :data:`Key`, refilled in the background.
 
     Args:
-        build_argv: ``build_argv(limits, command)``: the full bwrap argv that sets up a
-            sandbox for ``limits`` (its disk size and network) and runs ``command``,
+        build_argv: ``build_argv(limits, command, uid)``: the full bwrap argv that sets
+            up a sandbox for ``limits`` (its disk size and network) and runs ``command``
+            as host ``uid`` (``None``: the default, see :mod:`execgym.sandbox._uids`),
             holding it with ``--info-fd 5 --block-fd 6`` and reading its seccomp
             filter from fd 9.
         interpreter: The argv prefix of the interpreter that runs the trampoline.
@@ -106,20 +116,23 @@ class Prestarter:
             argv's init needs (its binary, and at ``count_fd`` where it writes what it
             counted: see ``bwrap.INIT_SCRIPT``); ``None`` for bwrap's own init.
         count_fd: See ``init_fds``.
+        uids: Where each sandbox's host uid comes from (as root); ``None``: the default.
 
     Use it from one event loop; call :meth:`aclose` to reclaim what it holds.
     """
 
     def __init__(
         self,
-        build_argv: Callable[[Limits, list[str]], list[str]],
+        build_argv: Callable[[Limits, list[str], int | None], list[str]],
         interpreter: Sequence[str],
         depth: int,
         enforcement: Callable[[Limits], dict[str, str]],
         init_fds: Callable[[], dict[int, int]] | None = None,
         count_fd: int = -1,
+        uids: UidBlock | None = None,
     ) -> None:
         self._build = build_argv
+        self._uids = uids
         self._init_fds = init_fds
         self._count_fd = count_fd
         self._command = [
@@ -212,13 +225,14 @@ class Prestarter:
         init = self._init_fds() if self._init_fds is not None else {}
         fds += [fd for number, fd in init.items() if number != self._count_fd]
         count_fd = init.get(self._count_fd, -1)
+        uid = self._uids.take() if self._uids is not None else None
         try:
             with contextlib.suppress(OSError):
                 fcntl.fcntl(request_write, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
             seccomp = memfd_with(seccomp_program(limits.network), "execgym-seccomp")
             fds.append(seccomp)
             spec = ProcessSpec(
-                argv=self._build(setup, self._command),
+                argv=self._build(setup, self._command, uid),
                 env=dict(BASE_ENV),
                 stdin=b"",
                 wall_time_s=setup.wall_time_s,
@@ -241,6 +255,8 @@ class Prestarter:
             if count_fd >= 0:
                 os.close(count_fd)
             cgroup.remove()
+            if uid is not None and self._uids is not None:
+                self._uids.give(uid)
             if not isinstance(error, Exception):
                 raise
             log.warning("cannot prestart a sandbox: %s", error)
@@ -258,6 +274,8 @@ class Prestarter:
             capacity,
             False,
             count_fd,
+            uid,
+            self._uids,
         )
 
     @staticmethod
@@ -286,6 +304,7 @@ class Prestarter:
         for fd in ready.launched.read_ends.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
+        ready.give_uid()
 
     async def run(self, ready: Ready, job: Job, limits: Limits) -> RunResult | None:
         """Run ``job`` in ``ready`` under ``limits``.
@@ -345,7 +364,8 @@ class Prestarter:
             outcome = await supervise(spec, launched, started=started)
             count = os.pread(ready.count_fd, 64, 0) if ready.count_fd >= 0 else b""
         finally:
-            cgroup.remove_soon()
+            cgroup.remove_soon()  # its processes are all gone: PID 1 (the init) was reaped
+            ready.give_uid()
             self._refill(limits)
             if ready.count_fd >= 0:
                 os.close(ready.count_fd)

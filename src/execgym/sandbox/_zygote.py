@@ -146,13 +146,19 @@ def write_files(fd):
 
 
 class NetworkNamespaces:
-    """Network namespaces for runs with network "none", reused one run at a time.
+    """Network namespaces for runs with network "none", reused one run at a time, if clean.
 
     Making and tearing down a network namespace costs a few milliseconds of kernel time,
     the largest part of a pooled run's overhead. A run with network "none" can open only
-    Unix sockets (seccomp), which all close when its processes die, and its loopback
-    stays down, so a namespace it used holds nothing of it once it has ended: it is
-    handed to the next run. Runs with network "loopback" always get a fresh one.
+    Unix sockets (seccomp) and its loopback stays down, so all it can leave in its
+    namespace is Unix sockets; they close when its processes die, except those a run
+    keeps in flight in an ``SCM_RIGHTS`` cycle until the kernel's garbage collector
+    finds them (often not before the next run: issue 18, abstract names such as
+    ``"\0name-<pid>"`` then stayed bound, and every run's PIDs are the same). So the next
+    run's PID 1, once in a reused namespace, reads its ``/proc/net/unix`` (see
+    :func:`network_is_clean`): any socket left in it, and the run takes a fresh
+    namespace instead and the zygote drops the old one. Runs with network "loopback"
+    always get a fresh one.
     """
 
     def __init__(self):
@@ -170,6 +176,55 @@ class NetworkNamespaces:
 
     def give(self, fd):
         self.free.append(fd)
+
+
+def network_is_clean():
+    """Whether this process's network namespace holds no socket at all.
+
+    ``/proc/self/net/unix`` lists every Unix socket of the namespace (bound or not,
+    abstract names included) after one header line; a run with network "none" can make
+    no other kind (seccomp).
+    """
+    with open("/proc/self/net/unix", "rb") as table:
+        return len(table.read(4096).splitlines()) <= 1
+
+
+class RunUids:
+    """The host uids the zygote's runs get (as root): one no other live run holds.
+
+    The host leases a block ``[first, first + size)`` for the pool (see
+    :mod:`execgym.sandbox._uids`); ``size`` 0 means none (every run keeps the uid of its
+    job header). Handed out round robin, so a uid is reused as late as possible; if all
+    are held, the least held one is shared.
+    """
+
+    def __init__(self, first, size):
+        self.first, self.size = first, size
+        self.next = 0
+        self.held = {}  # uid -> runs holding it
+        self.of_pid = {}  # PID 1 of a run -> its uid
+
+    def take(self, pid):
+        if not self.size:
+            return None
+        for _ in range(self.size):
+            uid = self.first + self.next
+            self.next = (self.next + 1) % self.size
+            if uid not in self.held:
+                break
+        else:
+            uid = min(self.held, key=self.held.__getitem__)
+        self.held[uid] = self.held.get(uid, 0) + 1
+        self.of_pid[pid] = uid
+        return uid
+
+    def give(self, pid):
+        """PID 1 ``pid`` was reaped: every process of its run is gone."""
+        uid = self.of_pid.pop(pid, None)
+        if uid is not None:
+            self.held[uid] -= 1
+            if not self.held[uid]:
+                del self.held[uid]
 
 
 def clone_into_namespaces(flags):
@@ -206,6 +261,10 @@ def prepare_world(header):
     mount("none", "/", None, MS_REC | MS_PRIVATE, None)
     remount_read_only("/")
     remount_read_only("/dev")
+    # A devpts of the run's own: the zygote's (bwrap's) is shared by every run, and runs
+    # reached each other's ptys there. /dev/ptmx is bwrap's link to pts/ptmx.
+    pts = "newinstance,ptmxmode=0666,mode=620"
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, pts)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     size = str(header["disk_bytes"])
     mount("tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + size + ",mode=0777")
@@ -238,21 +297,23 @@ class RunEnd:
     """How a run's PID 1 reports the run's end to the zygote, before PID 1 itself exits.
 
     A page shared with that PID 1 only (the program's processes close it before any
-    untrusted code runs) holds six 8-byte integers, -1 until set: processes started,
+    untrusted code runs) holds seven 8-byte integers, -1 until set: processes started,
     bytes written, the wait status, CPU microseconds and peak resident kilobytes (the
     run's PID 1 and everything it reaped, as ``wait4`` would give), then ``DONE`` once
-    the others are final. One byte on a pipe then wakes the zygote, which reports the
-    run at once: the exit of PID 1, which tears the run's namespaces down (about 0.6 ms
-    here), no longer delays the result. PID 1 writes the page only after every other
-    process of the namespace is killed and reaped, so nothing of the run is left
-    running by then. A run whose PID 1 dies first (killed) is reported when reaped.
+    the others are final, then 1 if the reused network namespace it was given held
+    sockets (the zygote then drops it; see :class:`NetworkNamespaces`). One byte on a
+    pipe then wakes the zygote, which reports the run at once: the exit of PID 1, which
+    tears the run's namespaces down (about 0.6 ms here), no longer delays the result.
+    PID 1 writes the page only after every other process of the namespace is killed
+    and reaped, so nothing of the run is left running by then. A run whose PID 1 dies
+    first (killed) is reported when reaped.
     """
 
     DONE = 0x45584547594D  # "EXEGYM"
 
     def __init__(self):
-        self.page = mmap.mmap(-1, 48)
-        self.page[0:48] = b"\xff" * 48
+        self.page = mmap.mmap(-1, 56)
+        self.page[0:56] = b"\xff" * 56
         self.wake, self.notify = os.pipe()  # the zygote reads, PID 1 writes
 
     def in_zygote(self):
@@ -524,6 +585,9 @@ def init_process(header, fds, seccomp, network, end, attached=False):
             check(libc.unshare(CLONE_NEWNET), "unshare net")
         elif network is not None:
             check(libc.setns(network, CLONE_NEWNET), "setns")
+            if not network_is_clean():  # a run before left sockets in it: never reuse it
+                end.set_field(6, 1)
+                check(libc.unshare(CLONE_NEWNET), "unshare net")
         prepare_world(header)
         if header.get("program") in PROGRAMS:
             # execgym's own harness, loaded ahead: it is trusted code, so it runs as this
@@ -576,6 +640,7 @@ def serve():
     ends = {}  # pid -> the RunEnd its PID 1 reports the run's end through
     staged = {}  # slot id -> (pid of a staged init, socket to send it its job)
     networks = NetworkNamespaces()
+    uids = RunUids(int(sys.argv[-3]), int(sys.argv[-2]))
     killed_cpu = {}  # pid -> CPU seconds its tree had used when we killed it
     polled = {}  # pid -> [cpu limit, memory limit, peak bytes, why killed] (no cgroup)
     wake_read, wake_write = os.pipe()
@@ -599,7 +664,7 @@ def serve():
                 report_early(control, waking[fd], ends, runs, killed_cpu, polled)
         if wake_read in readable:
             os.read(wake_read, 4096)
-            reap(control, runs, networks, staged, killed_cpu, polled, ends)
+            reap(control, runs, networks, staged, killed_cpu, polled, ends, uids)
         if control.fileno() in readable:
             message, fds = receive(control)
             if not message:
@@ -623,6 +688,10 @@ def serve():
             network = networks.take() if header["network"] == "none" else None
             slot = staged.pop(header.get("staged"), None)
             poll = header.get("poll") or {}
+            if header["uid"] is not None and uids.size:
+                uid = uids.take(None)  # held by the run's PID 1 once it has one (below)
+                header["uid"] = uid
+                message = json.dumps(header).encode()
             if slot is not None and slot[0] in runs:
                 pid, sock = slot
                 given = fds + ([network] if network is not None else [])
@@ -643,6 +712,7 @@ def serve():
                     end = RunEnd()  # shared with the child
                     pid = clone_into_namespaces(flags)
                 except OSError as error:  # this run fails, not the pool (EAGAIN, EMFILE...)
+                    uids.give(None)
                     if end is not None:
                         end.close()
                     if network is not None:
@@ -665,12 +735,14 @@ def serve():
                 end.in_zygote()
                 ends[pid] = end
             runs[pid] = (header["run"], network)
+            if None in uids.of_pid:
+                uids.of_pid[pid] = uids.of_pid.pop(None)
             control.send(json.dumps({"began": header["run"]}).encode())  # the host's clocks
             if poll:
                 polled[pid] = [poll.get("cpu_time_s"), poll.get("memory_bytes"), 0, None]
             for fd in fds:
                 os.close(fd)
-            reap(control, runs, networks, staged, killed_cpu, polled, ends)
+            reap(control, runs, networks, staged, killed_cpu, polled, ends, uids)
 
 
 def stage(header, control, seccomp, runs, staged, ends):
@@ -788,7 +860,7 @@ def report_early(control, pid, ends, runs, killed_cpu, polled):
     runs[pid] = (None, network)  # reaped later, but never reported twice
 
 
-def reap(control, runs, networks, staged, killed_cpu, polled, ends):
+def reap(control, runs, networks, staged, killed_cpu, polled, ends, uids):
     while runs:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -798,8 +870,12 @@ def reap(control, runs, networks, staged, killed_cpu, polled, ends):
             return
         end = ends.pop(pid, None)
         run, network = runs.pop(pid, (None, None))
+        uids.give(pid)
         if network is not None:
-            networks.give(network)
+            if end is not None and end.field(6) == 1:
+                os.close(network)  # it held sockets of a run before: let it go
+            else:
+                networks.give(network)
         for slot, (staged_pid, sock) in list(staged.items()):
             if staged_pid == pid:  # a staged init died before its job: never use it
                 sock.close()

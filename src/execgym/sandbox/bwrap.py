@@ -5,8 +5,11 @@ namespace when started by an ordinary user), a read-only view of ``/usr`` and of
 interpreter's own prefix and nothing else from the host, a private tmpfs work dir
 (``/work``) and ``/tmp`` of ``Limits.disk_bytes`` each, and runs as uid 65534 with no
 capabilities and ``no_new_privs``. When bwrap is started by root it sets up the
-namespaces privileged and ``setpriv`` drops to host uid 65534 before the program starts,
-so the program is unprivileged on the host too, not merely inside a user namespace.
+namespaces privileged and ``setpriv`` drops to a host uid of the run's own (from
+:mod:`execgym.sandbox._uids`; 65534 if none can be leased) before the program starts,
+so the program is unprivileged on the host too, not merely inside a user namespace, and
+shares no per-user kernel limit (in-flight descriptors, inotify instances) with another
+run.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from execgym.sandbox._python import PythonAsFile, python_command
 from execgym.sandbox._results import sandbox_error, with_init_count
 from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
 from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
+from execgym.sandbox._uids import process_block
 from execgym.sandbox.base import RunResult
 
 SANDBOX_UID = 65534
-"""The uid (and gid) programs run as inside the sandbox ("nobody")."""
+"""The uid (and gid) programs run as inside the sandbox ("nobody") as an ordinary user
+(mapped to yours), and as root where no block of run uids can be leased: as root each
+run otherwise gets a host uid of its own (:mod:`execgym.sandbox._uids`)."""
 
 WORK_DIR = "/work"
 """The program's working directory inside the sandbox: a private, writable tmpfs."""
@@ -202,8 +208,8 @@ class BubblewrapSandbox(PythonAsFile):
         self._prestarter: Prestarter | None = None
         if prestart > 0 and prestart_possible():
             self._prestarter = Prestarter(
-                lambda limits, command: self._argv(
-                    command, limits, ["--seccomp", str(_SECCOMP_FD)], hold=True, init=True
+                lambda limits, command, uid: self._argv(
+                    command, limits, ["--seccomp", str(_SECCOMP_FD)], hold=True, init=True, uid=uid
                 ),
                 python_command("x")[:-1],
                 prestart,
@@ -213,6 +219,7 @@ class BubblewrapSandbox(PythonAsFile):
                     COUNT_FD: memfd_with(b"", "execgym-count"),
                 },
                 count_fd=COUNT_FD,
+                uids=process_block(),
             )
             atexit.register(self._prestarter.close_now)
 
@@ -259,6 +266,7 @@ class BubblewrapSandbox(PythonAsFile):
         *,
         hold: bool = False,
         init: bool = False,
+        uid: int | None = None,
     ) -> list[str]:
         command = [
             self._bwrap,
@@ -312,7 +320,7 @@ class BubblewrapSandbox(PythonAsFile):
         else:
             command += ["--"]
         if self._as_root:
-            ids = str(SANDBOX_UID)
+            ids = str(SANDBOX_UID if uid is None else uid)
             command += [
                 self._setpriv or "setpriv",
                 "--reuid",
@@ -374,6 +382,8 @@ class BubblewrapSandbox(PythonAsFile):
         fd_map: dict[int, int] = {}
         file_args: list[str] = ["--seccomp", str(_SECCOMP_FD)]
         dirs: set[str] = set()
+        block = process_block() if self._as_root else None
+        uid = block.take() if block is not None else None
         try:
             fd_map[_SECCOMP_FD] = memfd_with(seccomp_program(limits.network), "execgym-seccomp")
             fd_map[_INIT_FD] = memfd_with(self._init_binary, "execgym-init")
@@ -393,7 +403,7 @@ class BubblewrapSandbox(PythonAsFile):
                     f"{WORK_DIR}/{relative}",
                 ]
             result = await run_contained(
-                self._argv(argv, limits, file_args, hold=True, init=True),
+                self._argv(argv, limits, file_args, hold=True, init=True, uid=uid),
                 hold_fds=(_INFO_FD, _BLOCK_FD),
                 own_user_namespace=not self._as_root,
                 isolation=self.name,
@@ -411,5 +421,7 @@ class BubblewrapSandbox(PythonAsFile):
         except OSError as error:
             return sandbox_error(self.name, f"could not prepare the sandbox: {error}")
         finally:
+            if block is not None and uid is not None:
+                block.give(uid)  # run_contained returns once every process of it is gone
             for fd in fd_map.values():
                 os.close(fd)

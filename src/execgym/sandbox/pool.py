@@ -5,8 +5,11 @@ A rollout in a fresh sandbox pays for ``bwrap`` and for starting the Python inte
 interpreter inside a bwrap sandbox that has already imported the modules rollouts
 commonly use. For each Python run it forks a child which gets, before any untrusted
 code exists in it, everything a fresh bwrap sandbox gives: its own cgroup (memory,
-processes, CPU), new mount, PID, network, IPC and UTS namespaces, a private tmpfs
-``/work`` and ``/tmp``, a fresh ``/proc``, uid 65534 with no capabilities,
+processes, CPU), new mount, PID, network (or a reused one verified to hold no socket),
+IPC and UTS namespaces, a private tmpfs ``/work`` and ``/tmp``, a fresh ``/proc`` and
+``/dev/pts``, as root a host uid no other live run has (from a block of uids the pool
+leases, see :mod:`execgym.sandbox._uids`; as an ordinary user uid 0 of the pool's user
+namespace, i.e. yours) with no capabilities,
 ``no_new_privs``, the same seccomp filter, and only the run's own descriptors. The
 zygote never runs user code and never reads a job's contents (they travel in
 descriptors it only hands on), so one rollout cannot see another's. See
@@ -56,6 +59,7 @@ from execgym.sandbox._trusted import (
     registered_programs,
     trusted_program,
 )
+from execgym.sandbox._uids import UidBlock
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import (
     SANDBOX_UID,
@@ -199,6 +203,7 @@ class WarmPoolSandbox:
         self._later: set[asyncio.Task[None]] = set()  # kills waiting for the zygote to read
         self._preloaded: set[str] = set()  # trusted programs the running zygote holds
         self._loads_marshal = False  # whether the zygote's interpreter loads our code
+        self._uids: UidBlock | None = None  # the running zygote's run uids (as root)
 
     async def __aenter__(self) -> WarmPoolSandbox:
         await self.start()
@@ -212,7 +217,7 @@ class WarmPoolSandbox:
     ) -> None:
         await self.aclose()
 
-    def _zygote_argv(self, control_fd: int) -> list[str]:
+    def _zygote_argv(self, control_fd: int, uids: UidBlock | None = None) -> list[str]:
         argv = [
             self._bwrap,
             "--die-with-parent",
@@ -244,6 +249,8 @@ class WarmPoolSandbox:
             *python_command("-c")[:-1],
             "-c",
             source,
+            str(uids.first if uids else 0),
+            str(uids.size if uids else 0),
             str(control_fd),
         ]
 
@@ -266,8 +273,10 @@ class WarmPoolSandbox:
         loop = asyncio.get_running_loop()
         _raise_open_file_limit()
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if self._as_root and self._uids is None:
+            self._uids = UidBlock.lease()  # the zygote hands each run a uid of its own
         self._proc = subprocess.Popen(
-            self._zygote_argv(zygote_end.fileno()),
+            self._zygote_argv(zygote_end.fileno(), self._uids),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -357,6 +366,9 @@ class WarmPoolSandbox:
                 self._proc.stderr.close()
             self._proc = None
         self._drop_staged()  # the zygote, and the inits it staged, are gone
+        if self._uids is not None:  # every run of the zygote is gone with it
+            self._uids.release()
+            self._uids = None
         return errors
 
     def _take_slot(self, limits: Limits) -> tuple[int | None, RunCgroup | None]:
