@@ -1,9 +1,9 @@
 """The trainers' adapters, called exactly as verl, TRL and OpenRLHF call them.
 
-None of the frameworks is light enough to import here (torch, ray, vllm), so each test
-reproduces its call: verl's keyword call of ``compute_score`` with a JSON ground truth,
-TRL's ``reward_func(prompts=..., completions=..., completion_ids=..., **columns)``, and
-OpenRLHF's POST body and ``reward_func(queries, prompts, labels)``.
+Each test here reproduces the trainer's call (verl's keyword call of ``compute_score``,
+TRL's ``reward_func(prompts=..., completions=..., completion_ids=..., **columns)``,
+OpenRLHF's POST body and ``reward_func(queries, prompts, labels)``);
+``test_trainers.py`` drives the same adapters through the trainers' own code from PyPI.
 """
 
 from __future__ import annotations
@@ -18,7 +18,12 @@ from execgym.integrations import RewardClient, completion_text, extract_code
 from execgym.integrations.ground_truth import record_from_ground_truth, task_from_record
 from execgym.integrations.openrlhf import create_app, reward_func
 from execgym.integrations.trl import make_async_reward, make_reward
-from execgym.integrations.verl import compute_score, compute_score_async
+from execgym.integrations.verl import (
+    compute_score,
+    compute_score_async,
+    compute_score_batch,
+    score_keys,
+)
 
 ADD_CASES = json.dumps({"assert_case": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]})
 GOOD = "Here it is:\n```python\ndef add(a, b):\n    return a + b\n```\n"
@@ -30,7 +35,7 @@ ALWAYS_EQUAL = (
 STDIO = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})
 
 
-def test_code_comes_from_the_last_fenced_block() -> None:
+def test_code_comes_from_the_last_fenced_block() -> None:  # the full policy: tests/tasks
     text = "```python\nx = 1\n```\nthen\n~~~\ndef f():\n    return 2\n~~~\n"
     assert extract_code(text) == "def f():\n    return 2\n"
     assert extract_code("def f(): pass") == "def f(): pass"
@@ -151,5 +156,125 @@ async def test_openrlhf_remote_reward_server(bwrap_sandbox) -> None:
 
 def test_openrlhf_reward_func_file_mode(bwrap_sandbox) -> None:
     result = reward_func(["P" + GOOD, "P" + WRONG], ["P", "P"], [ADD_CASES, ADD_CASES])
-    assert result["rewards"] == [1.0, 0.0]
-    assert result["extra_logs"]["masked"] == 0.0
+    rewards = result["rewards"]  # torch tensors when torch is installed
+    assert [float(r) for r in rewards] == [1.0, 0.0]
+    assert float(result["extra_logs"]["masked"]) == 0.0
+
+
+# ---- issue 16: key sets, ground-truth shapes, HF columns, file mode --------------------
+
+TWO_SUM = "```python\ndef add(a, b):\n    return a + b\n```<|im_end|>"
+
+
+@pytest.mark.parametrize("reward", ["binary", "fraction", "quality"])
+def test_verl_same_keys_for_every_sample(bwrap_sandbox, reward: str) -> None:
+    samples = [
+        (GOOD, ADD_CASES),  # passed
+        (WRONG, ADD_CASES),  # failed
+        (ALWAYS_EQUAL, ADD_CASES),  # tampered
+        (GOOD, "not json"),  # invalid: masked
+        (GOOD, {"assert_case": ["x = 1"]}),  # no call: masked
+        ("no code at all", ADD_CASES),  # error
+    ]
+    results = [
+        compute_score("mbpp", solution, truth, {"index": i}, reward=reward)
+        for i, (solution, truth) in enumerate(samples)
+    ]
+    keys = set(score_keys(reward))
+    assert all(set(r) == keys for r in results), [sorted(set(r) ^ keys) for r in results]
+    assert "reward/correctness" in keys
+    passed, _, tampered, invalid, *_ = results
+    assert passed["reward/correctness"] == 1.0
+    assert (tampered["tampered"], tampered["score"]) == (1.0, 0.0)
+    assert (invalid["masked"], invalid["score"]) == (1.0, 0.0)
+    assert all(invalid[k] is None for k in keys if k.startswith("reward/"))  # not measured
+    if reward == "quality":
+        assert {"reward/efficiency", "reward/static"} <= keys
+
+
+def test_verl_batch_compute_score(bwrap_sandbox) -> None:
+    results = compute_score_batch(
+        data_sources=["mbpp"] * 3,
+        solution_strs=[GOOD, WRONG, GOOD],
+        ground_truths=[ADD_CASES, ADD_CASES, "not json"],
+        extra_infos=[{"index": 0}, {"index": 1}, {"index": 2}],
+    )
+    assert [r["score"] for r in results] == [1.0, 0.0, 0.0]
+    assert [r["masked"] for r in results] == [0.0, 0.0, 1.0]
+    assert len({frozenset(r) for r in results}) == 1
+    with pytest.raises(ValueError, match="2 solution_strs, 1 ground_truths"):
+        compute_score_batch(["a", "b"], [GOOD, GOOD], [ADD_CASES], None)
+
+
+def test_apps_taco_raw_call_based_arguments_are_spread(bwrap_sandbox) -> None:
+    record = record_from_ground_truth(
+        {"fn_name": "add", "inputs": [[1, 2], [5, -1]], "outputs": [[3], [4]]}, ""
+    )
+    assert record["test_cases"] == [
+        {"args": [1, 2], "expected": 3},
+        {"args": [5, -1], "expected": 4},
+    ]
+    # TACO keeps the pair as a JSON string under "input_output"
+    taco = {"input_output": json.dumps({"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]})}
+    leetcode = "```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```"
+    for truth in (taco, {"fn_name": "add", "inputs": [[1, 2]], "outputs": [[3]]}):
+        assert compute_score("taco", TWO_SUM, truth)["score"] == 1.0
+        assert compute_score("taco", leetcode, truth)["score"] == 1.0
+        assert compute_score("taco", WRONG, truth)["score"] == 0.0
+
+
+HUMANEVAL_ROW = {  # the columns of Hugging Face's openai_humaneval
+    "task_id": "HumanEval/53",
+    "prompt": 'from typing import List\n\n\ndef add(x: int, y: int):\n    """Add."""\n',
+    "canonical_solution": "    return x + y\n",
+    "test": "\n\nMETADATA = {}\n\n\ndef check(candidate):\n    assert candidate(2, 3) == 5\n",
+    "entry_point": "add",
+}
+MBPP_ROW = {  # the columns of Hugging Face's mbpp (full)
+    "task_id": 2,
+    "text": "Write a function to add two numbers.",
+    "code": "def add(a, b):\n    return a + b",
+    "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"],
+    "test_setup_code": "",
+    "challenge_test_list": [],
+}
+
+
+def test_trl_humaneval_and_mbpp_columns(bwrap_sandbox) -> None:
+    reward = make_reward("binary")
+    body = "```python\nfrom typing import List\ndef add(x: int, y: int):\n    return x + y\n```"
+    columns = {k: [v, v] for k, v in HUMANEVAL_ROW.items() if k != "prompt"}
+    assert reward(
+        prompts=[HUMANEVAL_ROW["prompt"]] * 2,
+        completions=[body, [{"role": "assistant", "content": WRONG}]],
+        **columns,
+    ) == [1.0, 0.0]
+    # a conversational prompt whose user turn is the HumanEval prompt: its imports count
+    chat = [[{"role": "user", "content": HUMANEVAL_ROW["prompt"]}]]
+    only_body = "```python\ndef add(x: int, y: int) -> List[int]:\n    return x + y\n```"
+    single = {k: [v] for k, v in HUMANEVAL_ROW.items() if k != "prompt"}
+    assert reward(prompts=chat, completions=[only_body], **single) == [1.0]
+    mbpp = {k: [v, v] for k, v in MBPP_ROW.items()}
+    assert reward(prompts=[MBPP_ROW["text"]] * 2, completions=[GOOD, WRONG], **mbpp) == [1.0, 0.0]
+    # the same rows as a verl ground truth
+    assert compute_score("humaneval", body, HUMANEVAL_ROW)["score"] == 1.0
+    assert compute_score("mbpp", GOOD, MBPP_ROW)["score"] == 1.0
+
+
+def test_openrlhf_file_mode_loaded_as_openrlhf_loads_it(bwrap_sandbox) -> None:
+    import importlib.util
+    import sys
+
+    import execgym.integrations.openrlhf as module
+
+    # openrlhf/utils/agent.py (SingleTurnAgentExecutor.__init__), OpenRLHF commit
+    # 3c3be6234e0cb353e76bb8019947db9dfe99fca7: the file is never put in sys.modules
+    spec = importlib.util.spec_from_file_location("reward_func", module.__file__)
+    assert spec is not None
+    assert spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    assert "reward_func" not in sys.modules
+    query = "<|im_start|>user\nadd<|im_end|>\n<|im_start|>assistant\n" + TWO_SUM
+    result = loaded.reward_func([query], [query[: -len(TWO_SUM)]], [ADD_CASES])
+    assert [float(r) for r in result["rewards"]] == [1.0]

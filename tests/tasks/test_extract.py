@@ -41,3 +41,57 @@ def test_blocks_and_tags() -> None:
     assert [(b.tag, b.code) for b in blocks] == [("python3", "x\n"), ("", "y\n")]
     assert is_fenced("```\n```")
     assert not is_fenced("no code")
+
+
+SOLUTION = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.mark.parametrize(
+    ("completion", "code"),
+    [
+        # OpenRLHF decodes with special tokens kept: the closing fence is followed by them.
+        (f"Sure:\n```python\n{SOLUTION}```<|im_end|>", SOLUTION),
+        (f"```python\n{SOLUTION}```<|im_end|>\n<|endoftext|>", SOLUTION),
+        (f"```python\n{SOLUTION}```</s>", SOLUTION),
+        # unclosed (cut off by the token limit), then the end-of-turn token
+        (f"```python\n{SOLUTION}<|im_end|>", SOLUTION.rstrip("\n")),
+        # the closing fence glued to the last code line, with or without tokens after it
+        (f"```python\n{SOLUTION.rstrip()}```", SOLUTION),
+        (f"```python\n{SOLUTION.rstrip()}```<|im_end|>", SOLUTION),
+        # prose right after the closing fence
+        (f"```python\n{SOLUTION}``` Hope this helps!\n", SOLUTION),
+        # a solution block followed by a usage-example block
+        (f"```python\n{SOLUTION}```\nExample usage:\n```python\nprint(add(1, 2))\n```\n", SOLUTION),
+        (f"```\n{SOLUTION}```\nUsage:\n```\nassert add(2, 2) == 4\n```", SOLUTION),
+        # no fence at all, special token after the code
+        (f"{SOLUTION}<|im_end|>", SOLUTION.rstrip("\n")),
+    ],
+)
+def test_code_from_real_chat_completions(completion: str, code: str) -> None:
+    assert extract_code(completion, "python") == code
+    assert extract_code(completion) == code
+
+
+def test_a_later_complete_program_is_not_mistaken_for_a_usage_example() -> None:
+    # a final script that defines nothing but does not call the earlier block: it wins
+    first = "```python\ndef helper(x):\n    return x\n```\n"
+    final = "```python\nn = int(input())\nprint(n * 2)\n```\n"
+    assert extract_code(first + final, "python") == "n = int(input())\nprint(n * 2)\n"
+    # in another language the last block is chosen, as before
+    cpp = "```cpp\nint add(int a, int b) { return a + b; }\n```\n```cpp\nadd(1, 2);\n```"
+    assert extract_code(cpp, "cpp") == "add(1, 2);\n"
+
+
+def test_a_language_tag_inside_a_block_is_content_not_a_closing_fence() -> None:
+    assert extract_code("```\n```python\nx = 1\n```\n") == "```python\nx = 1\n"
+
+
+def test_one_extraction_policy_for_every_entry_point() -> None:
+    import execgym
+    from execgym import integrations
+    from execgym.integrations import extract as adapters_extract
+    from execgym.tasks import extract as policy
+
+    assert execgym.extract_code is policy.extract_code
+    assert integrations.extract_code is policy.extract_code
+    assert adapters_extract.extract_code is policy.extract_code

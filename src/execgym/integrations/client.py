@@ -120,8 +120,12 @@ class RewardClient:
                 await close()
 
     async def score_task(self, task: Task, completion: str) -> SampleScore:
-        """Score ``completion`` (code, or text with fenced code) against ``task``."""
-        code = extract_code(completion)
+        """Score ``completion`` (code, or text with fenced code) against ``task``.
+
+        The scorer reduces ``completion`` to its code with
+        :func:`~execgym.tasks.extract.extract_code` for the task's language.
+        """
+        code = completion
         async with self._slots:
             scorer = Scorer(
                 {task.task_id: task},
@@ -151,11 +155,12 @@ class RewardClient:
             The score; unusable input is ``invalid`` with ``reward=None``.
         """
         try:
-            code = extract_code(completion_text(completion))
+            text = completion_text(completion)
+            code = extract_code(text)
             task = task_from_record(record_from_ground_truth(ground_truth, code, task_id))
         except (Error, TypeError) as error:
             return SampleScore(None, "invalid", str(error))
-        return await self.score_task(task, code)
+        return await self.score_task(task, text)
 
     async def score_many(
         self, items: Iterable[tuple[Any, str | dict[str, Any]]]

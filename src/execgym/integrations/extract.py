@@ -1,11 +1,16 @@
-"""The code of a completion: its last fenced block, or all of it."""
+"""The text of a completion (a string or a chat conversation), and its code.
+
+:func:`extract_code` is :func:`execgym.tasks.extract.extract_code`, the one
+code-extraction policy of execgym (documented there), re-exported for the adapters.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.MULTILINE | re.DOTALL)
+from execgym.tasks.extract import extract_code
+
+__all__ = ["completion_text", "extract_code"]
 
 
 def completion_text(completion: Any) -> str:
@@ -29,9 +34,3 @@ def completion_text(completion: Any) -> str:
         "a completion must be a string or a list of chat messages with an assistant turn, "
         f"not {type(completion).__name__}"
     )
-
-
-def extract_code(text: str) -> str:
-    """The last fenced code block of ``text`` (```` ``` ```` or ``~~~``), else ``text``."""
-    blocks = _FENCE.findall(text)
-    return blocks[-1][1] if blocks else text

@@ -1,20 +1,29 @@
 """Trainers' ground-truth formats turned into execgym tasks.
 
-Three formats arrive from trainers' data sets:
+The shapes that arrive from trainers' data sets, each a JSON string or a dict:
 
-- verl / PRIME / LiveCodeBench style, a JSON string or a dict: ``{"inputs": [...],
-  "outputs": [...]}`` for stdin/stdout, the same with ``"fn_name"`` for call-based tasks
-  (each line of an input is one JSON argument, each output one JSON value), or
-  ``{"assert_case": ["assert f(1) == 2", ...]}`` for assert statements;
+- verl / PRIME / LiveCodeBench: ``{"inputs": [...], "outputs": [...]}`` for
+  stdin/stdout; the same with ``"fn_name"`` for call-based tasks, where each input is a
+  string holding one JSON argument per line and each output a JSON string;
+- APPS / TACO raw call-based (``input_output`` decoded): ``{"fn_name": "add",
+  "inputs": [[1, 2], ...], "outputs": [[3], ...]}``: each input is the **list of
+  arguments** (spread: ``add(1, 2)``, as APPS's ``testing_util.py`` calls
+  ``method(*inputs)``), each output the return value wrapped in a one-element list
+  (APPS's convention; unwrapped here, a bare value is taken as is). The function is a
+  top-level function or a method of ``class Solution`` (LeetCode style);
+- verl ``{"assert_case": ["assert f(1) == 2", ...]}``: assert statements run in the
+  solution's module (see :func:`assert_case_record`);
 - open-r1's ``verification_info``: ``{"language": ..., "test_cases": [{"input": ...,
-  "output": ..., "type": "stdin_stdout"}]}``;
+  "output": ..., "type": "stdin_stdout"}]}`` (also nested under ``verification_info``);
+- Hugging Face's ``openai_humaneval`` columns: ``{"prompt", "test", "entry_point"}``
+  (``test`` defines ``check(candidate)``; ``prompt``, the signature and its imports,
+  is put before the completion);
+- Hugging Face's ``mbpp`` columns: ``{"test_list": [...]}`` with ``test_setup_code``
+  (full) or ``test_imports`` (sanitized), and ``challenge_test_list`` (added);
 - execgym's own task record (``prompt``, ``tests``, ``entry_point``...).
 
 Each becomes a task record (a dict in execgym's task schema) and then a
-:class:`~execgym.tasks.models.Task`. Assert cases are judged by the assert judge here;
-stdin/stdout and call-based records use the ``kind``, ``test_cases`` and ``fn_name``
-fields of the stdio and function-call judges, and are refused with a clear error where
-those judges are not installed.
+:class:`~execgym.tasks.models.Task`.
 """
 
 from __future__ import annotations
@@ -98,19 +107,33 @@ def assert_case_record(task_id: str, cases: list[str], code: str) -> dict[str, A
     }
 
 
-def _arguments(text: Any) -> list[Any]:
-    if not isinstance(text, str):
-        return [text]
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+def _arguments(value: Any) -> list[Any]:
+    """A case's arguments.
+
+    One JSON value per line of a string (verl / PRIME), or an APPS / TACO list of
+    arguments, spread as APPS's ``method(*inputs)``; any other value is one argument.
+    """
+    if isinstance(value, list):
+        return list(value)
+    if not isinstance(value, str):
+        return [value]
+    return [json.loads(line) for line in value.splitlines() if line.strip()]
 
 
-def _expected(text: Any) -> Any:
-    if not isinstance(text, str):
-        return text
+def _expected(value: Any, *, apps: bool) -> Any:
+    """A case's expected return value.
+
+    A JSON string (verl / PRIME), or an APPS / TACO value (``apps``), where a
+    one-element list is the return value wrapped (APPS's convention).
+    """
+    if apps and isinstance(value, list) and len(value) == 1:
+        return value[0]
+    if not isinstance(value, str):
+        return value
     try:
-        return json.loads(text)
+        return json.loads(value)
     except ValueError:
-        return text
+        return value
 
 
 def io_record(task_id: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +152,7 @@ def io_record(task_id: str, value: dict[str, Any]) -> dict[str, Any]:
     if fn_name:
         try:
             cases = [
-                {"args": _arguments(i), "expected": _expected(o)}
+                {"args": _arguments(i), "expected": _expected(o, apps=not isinstance(i, str))}
                 for i, o in zip(inputs, outputs, strict=True)
             ]
         except ValueError as error:
@@ -190,9 +213,57 @@ def record_from_ground_truth(
         return verification_info_record(task_id, value)
     if "assert_case" in value:
         return assert_case_record(task_id, value["assert_case"], code)
+    if "test_list" in value:
+        return mbpp_record(task_id, value, code)
+    if "test" in value and "entry_point" in value:
+        return humaneval_record(task_id, value)
     if "tests" in value and "entry_point" in value:
         return {"task_id": task_id, "prompt": "", **value}
+    if "inputs" not in value and "input_output" in value:
+        return io_record(task_id, _decode(value["input_output"]))
     return io_record(task_id, value)
+
+
+def humaneval_record(task_id: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A task from Hugging Face ``openai_humaneval`` columns.
+
+    ``prompt``, ``test``, ``entry_point``; ``task_id`` is kept when present.
+
+    Raises:
+        TaskError: if ``test`` or ``entry_point`` is not a string.
+    """
+    test, entry_point = row.get("test"), row.get("entry_point")
+    if not isinstance(test, str) or not isinstance(entry_point, str):
+        raise TaskError("a HumanEval row needs the string columns test and entry_point")
+    prompt = row.get("prompt")
+    return {
+        "task_id": str(row.get("task_id") or task_id),
+        "prompt": prompt if isinstance(prompt, str) else "",
+        "tests": test,
+        "entry_point": entry_point,
+    }
+
+
+def mbpp_record(task_id: str, row: dict[str, Any], code: str) -> dict[str, Any]:
+    """A task from Hugging Face ``mbpp`` columns.
+
+    The asserts of ``test_list`` (and ``challenge_test_list``), after ``test_imports``
+    (sanitized) or ``test_setup_code`` (full).
+
+    Raises:
+        TaskError: if ``test_list`` is not a non-empty list of statements.
+    """
+    tests = row.get("test_list")
+    if not isinstance(tests, list) or not tests:
+        raise TaskError("an MBPP row needs a non-empty test_list column")
+    setup = [str(line) for line in row.get("test_imports") or []]
+    if isinstance(row.get("test_setup_code"), str) and row["test_setup_code"].strip():
+        setup.append(row["test_setup_code"])
+    challenge = row.get("challenge_test_list") or []
+    record = assert_case_record(task_id, [*tests, *challenge], code)
+    if setup:
+        record["prompt"] = "\n".join(setup) + "\n"
+    return record
 
 
 def task_from_record(record: dict[str, Any]) -> Task:

@@ -22,26 +22,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from execgym.integrations._openrlhf_request import RewardRequest
 from execgym.integrations.client import RewardClient, SampleScore, shared_client
 
-
-class RewardRequest(BaseModel):
-    """OpenRLHF's request body (validated: this is a trust boundary)."""
-
-    model_config = ConfigDict(extra="allow")
-    query: list[str]
-    prompts: list[str] = Field(default_factory=list)
-    labels: list[Any] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _same_lengths(self) -> RewardRequest:
-        if self.labels and len(self.labels) != len(self.query):
-            raise ValueError(f"{len(self.query)} queries but {len(self.labels)} labels")
-        if self.prompts and len(self.prompts) != len(self.query):
-            raise ValueError(f"{len(self.query)} queries but {len(self.prompts)} prompts")
-        return self
+__all__ = ["RewardRequest", "create_app", "handle", "response_of", "reward_func"]
 
 
 def response_of(query: str, prompt: str) -> str:

@@ -29,11 +29,19 @@ lives until ``submit`` (or the step budget) ends it, or until it is idle for
 SGLang rollout: ``create`` once, ``release`` at the end) pass no ``agent_data``; the
 instance is the episode then, and ``release`` closes it.
 
-The step reward is returned by ``execute`` (0 until the episode ends, then the hidden
-tests' reward); :meth:`EpisodeTool.calc_reward` gives the final one, and it is also
-written to ``agent_data.extra_fields["execgym_reward"]`` for a reward function to read.
-A masked reward (our failure) is ``None`` there and 0.0 from ``execute``, with
-``metrics["masked"]`` true.
+How the episode's reward reaches verl's reward function: ``execute`` returns 0.0 on
+every step but the one that ends the episode, which returns the hidden tests' reward.
+``ToolAgentLoop`` appends each returned reward to ``agent_data.tool_rewards`` and
+exports it as ``extra_fields["tool_rewards"]`` (beside ``turn_scores``); verl's reward
+loop merges those fields into the reward function's ``extra_info``, so
+:func:`execgym.integrations.verl.compute_episode_score` (``name:
+compute_episode_score`` in ``custom_reward_function``) reads the episode's reward as
+``sum(extra_info["tool_rewards"])``. verl 0.9 exports ``agent_data.extra_fields`` too
+(the Jan 2026 main branch did not): the step that ends the episode writes
+``execgym_reward`` (``None`` when masked), ``execgym_masked`` (1.0 when the reward is
+masked: our failure, scored 0.0 by ``execute``) and ``execgym_verdict`` there.
+:meth:`EpisodeTool.calc_reward` gives the final reward to callers that ask for it
+(verl's ToolAgentLoop does not).
 """
 
 from __future__ import annotations
@@ -276,7 +284,8 @@ class EpisodeTool:
             instance_id: From :meth:`create`.
             parameters: The tool call's arguments (already parsed from JSON by verl).
             kwargs: ``agent_data`` (verl's ``AgentData``: ``request_id`` keys the
-                episode; ``extra_fields`` gets the final reward).
+                episode; ``extra_fields`` gets ``execgym_reward``, ``execgym_masked``
+                and ``execgym_verdict`` when the episode ends).
 
         Returns:
             ``(ToolResponse(text=observation), reward, metrics)``; the reward is 0.0
@@ -305,6 +314,8 @@ class EpisodeTool:
             extra = getattr(agent_data, "extra_fields", None)
             if isinstance(extra, dict):
                 extra["execgym_reward"] = outcome.reward
+                extra["execgym_masked"] = 1.0 if outcome.reward is None else 0.0
+                extra["execgym_verdict"] = str(outcome.info.get("verdict") or "")
         text = observation_text(outcome.observation)
         return _response(text), outcome.reward or 0.0, metrics
 
