@@ -164,3 +164,86 @@ async def test_self_test_suggests_larger_limits_when_they_are_too_small() -> Non
     scorer = Scorer({"t/1": TASK}, box, Limits(wall_time_s=0.001))
     with pytest.raises(SandboxSetupFailed, match="raise them \\(--timeout / --memory"):
         await scorer.self_test()
+
+
+def _timed_box(delays: dict[int, float], running: list[int] | None = None) -> FakeSandbox:
+    """A sandbox where rollout ``i`` (completion ``return i``) takes ``delays[i]`` s."""
+
+    async def slow_run(argv, *, stdin=b"", files=None, limits=None, env=None, want_report=False):
+        index = int(stdin.split(b"return ")[1].split(b"\n")[0])
+        if running is not None:
+            running.append(index)
+        await asyncio.sleep(delays.get(index, 0.0))
+        nonce = job_nonce(stdin)
+        return fake_result(
+            report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n', stdout=b"x" * 10_000
+        )
+
+    box = FakeSandbox(passing)
+    box.run = slow_run  # type: ignore[method-assign]
+    return box
+
+
+async def test_input_order_hands_results_over_in_input_order_within_a_window() -> None:
+    # Rollout 0 is slow: the others finish first but wait for it, and a free sandbox
+    # takes no item past the window (3 items taken and not yet handed over).
+    started: list[int] = []
+    box = _timed_box({0: 0.2}, started)
+    seen: list[int] = []
+    items = [line(i, completion=f"    return {i}\n") for i in range(8)]
+
+    def on_result(result) -> None:
+        seen.append(result.index)
+
+    results = await Scorer({"t/1": TASK}, box).score(
+        items, workers=2, on_result=on_result, order="input", window=3, collect=False
+    )
+    assert results == []
+    assert seen == list(range(8))
+    # While 0 ran, only 1 and 2 could start; 3 started only once 0 was handed over.
+    assert started.index(3) > started.index(2)
+    assert started[:3] == [0, 1, 2]
+
+
+async def test_completion_order_is_the_default_and_unbounded_by_the_window() -> None:
+    box = _timed_box({0: 0.2})
+    seen: list[int] = []
+    items = [line(i, completion=f"    return {i}\n") for i in range(6)]
+    await Scorer({"t/1": TASK}, box).score(
+        items, workers=2, on_result=lambda r: seen.append(r.index), window=1
+    )
+    assert seen[-1] == 0
+    assert sorted(seen) == list(range(6))
+
+
+async def test_output_tail_keeps_only_the_end_of_each_result_output() -> None:
+    box = _timed_box({})
+    held: list = []
+    await Scorer({"t/1": TASK}, box).score(
+        [line(0)], on_result=held.append, order="input", output_tail=100, collect=False
+    )
+    (result,) = held
+    assert result.judgement.run.stdout == b"x" * 100
+    assert result.to_json()["stdout_tail"] == "x" * 100
+
+
+async def test_a_cancelled_batch_hands_over_the_results_held_for_ordering() -> None:
+    box = _timed_box({0: 30.0})
+    seen: list[int] = []
+    items = [line(i, completion=f"    return {i}\n") for i in range(3)]
+    task = asyncio.create_task(
+        Scorer({"t/1": TASK}, box).score(
+            items, workers=3, on_result=lambda r: seen.append(r.index), order="input"
+        )
+    )
+    await asyncio.sleep(0.1)
+    assert seen == []  # 1 and 2 are done, held behind 0
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == [1, 2]
+
+
+async def test_score_rejects_an_unknown_order() -> None:
+    with pytest.raises(ValueError, match="order='random'"):
+        await Scorer({"t/1": TASK}, FakeSandbox(passing)).score([], order="random")

@@ -13,46 +13,119 @@ The library API, which the ``execgym`` command line is a thin layer over::
 
 from __future__ import annotations
 
+import typing as _typing
+
 from execgym._version import __version__
-from execgym.breakers import BreakerPolicy, Breakers
-from execgym.episodes import AsyncEnv, Env, RepoTask, make
-from execgym.errors import (
-    ConfigError,
-    Error,
-    SandboxError,
-    SandboxSetupFailed,
-    SandboxUnavailable,
-    TaskError,
-    TaskNotFound,
-)
-from execgym.judges import (
-    AssertJudge,
-    Builder,
-    ErrorDetail,
-    FunctionCallJudge,
-    Judgement,
-    NativeAssertJudge,
-    PytestJudge,
-    StdioJudge,
-    Verdict,
-)
-from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
-from execgym.metrics import Metrics
-from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, load_spec
-from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
-from execgym.scoring import ScoredRollout, Scorer
-from execgym.summary import Summary, pass_at_k, summarize
-from execgym.tasks import (
-    LineProblem,
-    Rollout,
-    RolloutLine,
-    Task,
-    canonical_rollouts,
-    load_dataset,
-    load_rollouts,
-    load_tasks,
-)
-from execgym.tasks.extract import extract_code
+
+if _typing.TYPE_CHECKING:
+    from execgym.breakers import BreakerPolicy, Breakers
+    from execgym.episodes import AsyncEnv, Env, RepoTask, make
+    from execgym.errors import (
+        ConfigError,
+        Error,
+        SandboxError,
+        SandboxSetupFailed,
+        SandboxUnavailable,
+        TaskError,
+        TaskNotFound,
+    )
+    from execgym.judges import (
+        AssertJudge,
+        Builder,
+        ErrorDetail,
+        FunctionCallJudge,
+        Judgement,
+        NativeAssertJudge,
+        PytestJudge,
+        StdioJudge,
+        Verdict,
+    )
+    from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
+    from execgym.metrics import Metrics
+    from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, load_spec
+    from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
+    from execgym.scoring import ScoredRollout, Scorer
+    from execgym.summary import Summary, pass_at_k, summarize
+    from execgym.tasks import (
+        LineProblem,
+        Rollout,
+        RolloutLine,
+        Task,
+        canonical_rollouts,
+        load_dataset,
+        load_rollouts,
+        load_tasks,
+    )
+    from execgym.tasks.extract import extract_code
+
+# Imported on first use (PEP 562), so that ``import execgym.cli`` and the sandbox's
+# helpers do not pay for every subsystem: ``from execgym import Scorer`` still works.
+_LAZY = {
+    "BreakerPolicy": "execgym.breakers",
+    "Breakers": "execgym.breakers",
+    "AsyncEnv": "execgym.episodes",
+    "Env": "execgym.episodes",
+    "RepoTask": "execgym.episodes",
+    "make": "execgym.episodes",
+    "ConfigError": "execgym.errors",
+    "Error": "execgym.errors",
+    "SandboxError": "execgym.errors",
+    "SandboxSetupFailed": "execgym.errors",
+    "SandboxUnavailable": "execgym.errors",
+    "TaskError": "execgym.errors",
+    "TaskNotFound": "execgym.errors",
+    "AssertJudge": "execgym.judges",
+    "Builder": "execgym.judges",
+    "ErrorDetail": "execgym.judges",
+    "FunctionCallJudge": "execgym.judges",
+    "Judgement": "execgym.judges",
+    "NativeAssertJudge": "execgym.judges",
+    "PytestJudge": "execgym.judges",
+    "StdioJudge": "execgym.judges",
+    "Verdict": "execgym.judges",
+    "DEFAULT_LIMITS": "execgym.limits",
+    "Limits": "execgym.limits",
+    "parse_size": "execgym.limits",
+    "Metrics": "execgym.metrics",
+    "RewardBreakdown": "execgym.reward",
+    "RewardSpec": "execgym.reward",
+    "binary_reward": "execgym.reward",
+    "load_spec": "execgym.reward",
+    "RunResult": "execgym.sandbox",
+    "Sandbox": "execgym.sandbox",
+    "Status": "execgym.sandbox",
+    "create_sandbox": "execgym.sandbox",
+    "ScoredRollout": "execgym.scoring",
+    "Scorer": "execgym.scoring",
+    "Summary": "execgym.summary",
+    "pass_at_k": "execgym.summary",
+    "summarize": "execgym.summary",
+    "LineProblem": "execgym.tasks",
+    "Rollout": "execgym.tasks",
+    "RolloutLine": "execgym.tasks",
+    "Task": "execgym.tasks",
+    "canonical_rollouts": "execgym.tasks",
+    "load_dataset": "execgym.tasks",
+    "load_rollouts": "execgym.tasks",
+    "load_tasks": "execgym.tasks",
+    "extract_code": "execgym.tasks.extract",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'execgym' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -10,26 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import math
 import os
 import signal
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from execgym import logs
-from execgym._status_cli import status
-from execgym._storage_cli import COMMANDS as STORAGE_COMMANDS
-from execgym._storage_cli import check_store, upload_results
+from execgym._score_cli import OUTPUT_TAIL, Outcome, RolloutStream, Write, close_sandbox, run_batch
 from execgym._version import __version__
 from execgym.breakers import DEFAULT_SPEC, Breakers, from_spec
-from execgym.broker import EMBEDDED, BrokerSettings, RemoteBatch, open_broker
 from execgym.errors import DamagedInput, Error, TaskError
 from execgym.judges.compile import Builder
 from execgym.limits import (
@@ -40,23 +35,28 @@ from execgym.limits import (
     Limits,
     parse_size,
 )
-from execgym.metrics import Metrics
-from execgym.reward import load_spec
 from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
-from execgym.scoring import ScoredRollout, Scorer
-from execgym.summary import summarize
-from execgym.tasks import (
-    DATASETS,
-    LineProblem,
-    Rollout,
-    RolloutLine,
-    Task,
-    canonical_rollouts,
-    load_rollouts,
-    load_tasks,
-)
-from execgym.tasks.datasets import load_builtin
-from execgym.worker import Worker, WorkerSettings, describe_broker, run_node
+from execgym.scoring import Scorer
+from execgym.tasks.datasets import DATASETS as _DATASET_REGISTRY
+from execgym.tasks.loaders import LineProblem, RolloutLine
+
+if TYPE_CHECKING:
+    from execgym.metrics import Metrics
+    from execgym.tasks import Task
+
+DATASETS = tuple(_DATASET_REGISTRY)
+
+EMBEDDED = ("embedded", "memory")
+"""Broker URLs that mean the in-process broker (as :data:`execgym.broker.EMBEDDED`)."""
+
+_LAZY_COMMANDS = {
+    "data": ("execgym._storage_cli", "data"),
+    "storage": ("execgym._storage_cli", "storage"),
+    "checkpoints": ("execgym._storage_cli", "checkpoints"),
+    "status": ("execgym._status_cli", "status"),
+    "episodes": ("execgym._episodes_cli", "episodes"),
+}
+"""Subcommands imported only when run (or listed), so ``execgym score`` starts fast."""
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:
@@ -72,13 +72,13 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     return ks
 
 
-def _load_inputs(
+def _check_inputs(
     tasks_path: str | None, rollouts_path: str | None, dataset: str | None, solutions: str | None
-) -> tuple[dict[str, Task], list[RolloutLine | LineProblem], dict[str, str], DamagedInput | None]:
-    """Tasks, rollouts (and unusable lines), skipped tasks, and a damaged rollouts file.
+) -> tuple[str | None, str | None]:
+    """The usage errors of the input arguments, found without reading the files.
 
-    The damage of a truncated ``.gz`` rollouts file is returned, not raised: its
-    complete lines are scored first (see :func:`_exit_if_damaged`).
+    Returns:
+        ``(tasks_path, rollouts_path)``, with ``--dataset``'s one file as ROLLOUTS.
     """
     if dataset and tasks_path and rollouts_path:
         raise click.UsageError("give either --dataset or a TASKS file, not both")
@@ -95,6 +95,25 @@ def _load_inputs(
         if path is not None and not os.path.isfile(path):
             why = "is a directory" if os.path.isdir(path) else "does not exist"
             raise click.BadParameter(f"file {path!r} {why}", param_hint=f"'{role}'")
+    if solutions == "canonical" and rollouts_path:
+        raise click.UsageError("give either ROLLOUTS or --solutions canonical, not both")
+    if solutions != "canonical" and not rollouts_path:
+        raise click.UsageError("give a ROLLOUTS.jsonl file, or --solutions canonical")
+    return tasks_path, rollouts_path
+
+
+def _load_inputs(
+    tasks_path: str | None, rollouts_path: str | None, dataset: str | None, solutions: str | None
+) -> tuple[dict[str, Task], list[RolloutLine | LineProblem] | RolloutStream, dict[str, str]]:
+    """The tasks, the rollouts and the skipped tasks ``{task_id: why}``.
+
+    A rollouts file is a lazy :class:`RolloutStream`; the usage errors are those of
+    :func:`_check_inputs`.
+    """
+    from execgym.tasks import Rollout, canonical_rollouts, load_tasks
+    from execgym.tasks.datasets import load_builtin
+
+    tasks_path, rollouts_path = _check_inputs(tasks_path, rollouts_path, dataset, solutions)
     skipped: dict[str, str] = {}
     if dataset:
         loaded = load_builtin(dataset)
@@ -119,68 +138,14 @@ def _load_inputs(
                 "(did you swap TASKS and ROLLOUTS?)"
             )
     if solutions == "canonical":
-        if rollouts_path:
-            raise click.UsageError("give either ROLLOUTS or --solutions canonical, not both")
         items: list[RolloutLine | LineProblem] = list(canonical_rollouts(tasks))
         for task_id, reference in (loaded.references if dataset else {}).items():
             rollout = Rollout(
                 task_id=task_id, completion=reference, rollout_id=f"{task_id}#canonical"
             )
             items.append(RolloutLine(len(items), rollout))
-        return tasks, items, skipped, None
-    if not rollouts_path:
-        raise click.UsageError("give a ROLLOUTS.jsonl file, or --solutions canonical")
-    items = []
-    damaged = None
-    try:
-        items.extend(load_rollouts(rollouts_path, warn=_warn_repaired))
-    except DamagedInput as error:  # every complete line before the damage is in items
-        damaged = error
-        click.echo(f"warning: {error}; scoring the {len(items)} rollout(s) read", err=True)
-    for item in items:
-        if isinstance(item, LineProblem):
-            click.echo(f"warning: bad rollout line (scored as invalid): {item}", err=True)
-    _warn_duplicate_ids(items)
-    return tasks, items, skipped, damaged
-
-
-def _warn_repaired(problem: LineProblem) -> None:
-    click.echo(f"warning: {problem}", err=True)
-
-
-DAMAGED_INPUT_EXIT = 3
-"""``execgym score``'s exit code when the rollouts file was damaged (a truncated
-``.gz``): every complete line was scored and written, but rollouts are missing."""
-
-
-def _exit_if_damaged(damaged: DamagedInput | None) -> None:
-    """After the summary: name the damage again and exit 3 (the results are written)."""
-    if damaged is not None:
-        click.echo(
-            f"error: the input was damaged: {damaged}; the {damaged.lines_read} line(s) "
-            f"before it were scored (exit {DAMAGED_INPUT_EXIT})",
-            err=True,
-        )
-        sys.exit(DAMAGED_INPUT_EXIT)
-
-
-def _warn_duplicate_ids(items: list[RolloutLine | LineProblem]) -> None:
-    """Warn when rollout ids repeat: both are scored, told apart only by ``index``."""
-    seen: set[str] = set()
-    repeated: dict[str, None] = {}
-    for item in items:
-        if isinstance(item, RolloutLine):
-            rollout_id = item.rollout.rollout_id or f"{item.rollout.task_id}#{item.index}"
-            if rollout_id in seen:
-                repeated[rollout_id] = None
-            seen.add(rollout_id)
-    if repeated:
-        first = ", ".join(repr(rollout_id) for rollout_id in list(repeated)[:5])
-        click.echo(
-            f"warning: {len(repeated)} rollout_id(s) appear more than once, e.g. {first}: "
-            "every line is scored; tell the results apart by their index",
-            err=True,
-        )
+        return tasks, items, skipped
+    return tasks, RolloutStream(rollouts_path or "", tasks, skipped), skipped
 
 
 class _Group(click.Group):
@@ -190,6 +155,18 @@ class _Group(click.Group):
     "Aborted!" and exits 1, and SIGTERM or SIGHUP would kill us at once. A scoring batch
     that is running handles the signals itself (it reports the results written so far).
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in _LAZY_COMMANDS:
+            import importlib
+
+            module, name = _LAZY_COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), name)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         stopped_by: list[int] = []
@@ -345,6 +322,14 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     help="Sandboxes at once [default: CPU count].",
 )
 @click.option(
+    "--order",
+    type=click.Choice(["input", "completion"]),
+    default="input",
+    show_default=True,
+    help="Order of the results file: the rollouts' (results wait, in a bounded buffer, "
+    "for earlier ones still running) or as they finish.",
+)
+@click.option(
     "--k",
     "ks",
     default="1,10,100",
@@ -416,6 +401,7 @@ def score(
     cpu_time_s: float | None,
     memory_bytes: int,
     workers: int | None,
+    order: str,
     ks: str,
     warm_pool: bool,
     allow_root: bool,
@@ -446,83 +432,162 @@ def score(
             cpu_time_s=cpu_time_s if cpu_time_s is not None else wall_time_s,
             memory_bytes=memory_bytes,
         )
-        reward = load_spec(reward_name) if reward_name is not None else None
-        tasks, items, skipped, damaged = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
+        reward = None
+        if reward_name is not None:
+            from execgym.reward import load_spec
+
+            reward = load_spec(reward_name)
+        _check_inputs(tasks_path, rollouts_path, dataset, solutions)
+        broker = None
         if broker_url not in EMBEDDED:
             if reward is not None:
                 raise click.UsageError(
                     "--reward is computed where rollouts are judged and workers use the "
                     "binary reward for now: drop --reward, or score with --broker embedded"
                 )
+            from execgym.broker import open_broker
+
             broker = open_broker(broker_url)
     except Error as error:
         raise click.ClickException(str(error)) from error
     # After the usage errors (they say more), before any rollout is scored.
     _check_output(output, tasks_path, rollouts_path)
     if store_url is not None:
+        from execgym._storage_cli import check_store
+
         check_store(store_url, batch_id)
-    if broker_url not in EMBEDDED:
-        _warn_unknown_tasks(tasks, skipped, items)
-        started = time.monotonic()
-        remote = RemoteBatch(broker, tasks, items, limits, skipped)
-        results = _write_results(remote.run, len(items), output)
-        click.echo(summarize(results, time.monotonic() - started, k_values).render())
-        click.echo(f"isolation: the workers' (see each result); broker: {broker_url}")
-        if store_url is not None:
-            click.echo(upload_results(store_url, batch_id, Path(output)))
-        _exit_if_damaged(damaged)
-        return
-    try:
-        sandbox = _sandbox(isolation, warm_pool, allow_root)
-    except Error as error:
-        raise click.ClickException(str(error)) from error
-    cpus = os.cpu_count() or 1
-    if workers and workers > cpus:
-        click.echo(
-            f"warning: {workers} sandboxes at once on {cpus} CPUs: wall-clock limits may fire "
-            "for programs that are only waiting for a CPU",
-            err=True,
-        )
-    _warn_unknown_tasks(tasks, skipped, items)
-    builder = Builder(compile_cache, use_cache=not no_compile_cache)
-    try:
-        scorer = Scorer(
-            tasks,
-            sandbox,
-            limits,
-            skipped_tasks=skipped,
-            builder=builder,
-            reward=reward,
-            breakers=breakers,
-        )
-    except Error as error:
-        raise click.ClickException(str(error)) from error
     started = time.monotonic()
-    results = _score_to_file(scorer, items, workers, output)
-    summary = summarize(results, time.monotonic() - started, k_values)
-    click.echo(summary.render())
-    click.echo(f"isolation: {isolation}; results: {output}")
-    if line := _enforcement_line(results):
+    if broker is not None:
+        outcome, stream = _score_remote(
+            broker, tasks_path, rollouts_path, dataset, solutions, limits, order, output
+        )
+        isolation_line = f"isolation: the workers' (see each result); broker: {broker_url}"
+    else:
+        try:
+            sandbox = _sandbox(isolation, warm_pool, allow_root)
+        except Error as error:
+            raise click.ClickException(str(error)) from error
+        cpus = os.cpu_count() or 1
+        if workers and workers > cpus:
+            click.echo(
+                f"warning: {workers} sandboxes at once on {cpus} CPUs: wall-clock limits may "
+                "fire for programs that are only waiting for a CPU",
+                err=True,
+            )
+        builder = Builder(compile_cache, use_cache=not no_compile_cache)
+        scorer_options = {"builder": builder, "reward": reward, "breakers": breakers}
+        inputs = (tasks_path, rollouts_path, dataset, solutions)
+        outcome, stream = _score_local(
+            sandbox, inputs, limits, scorer_options, workers, order, output, started
+        )
+        isolation_line = f"isolation: {isolation}; results: {output}"
+    if isinstance(stream, RolloutStream):
+        stream.warn()
+    click.echo(outcome.tally.summary(time.monotonic() - started, k_values).render())
+    click.echo(isolation_line)
+    if broker is None and (line := outcome.enforcement_line()):
         click.echo(line)
     if store_url is not None:
+        from execgym._storage_cli import upload_results
+
         click.echo(upload_results(store_url, batch_id, Path(output)))
-    _exit_if_damaged(damaged)
+    if isinstance(stream, RolloutStream):
+        _exit_if_damaged(stream.damaged)
 
 
-_SHOWN_LIMITS = ("memory_bytes", "cpu_time_s", "max_processes")
-"""The limits whose enforcement depends on the host (cgroups or rlimits), in the summary."""
+DAMAGED_INPUT_EXIT = 3
+"""``execgym score``'s exit code when the rollouts file was damaged (a truncated
+``.gz``): every complete line was scored and written, but rollouts are missing."""
 
 
-def _enforcement_line(results: list[ScoredRollout]) -> str:
-    """How the host-dependent limits were enforced, as most runs of the batch say."""
-    seen: dict[str, Counter[str]] = {name: Counter() for name in _SHOWN_LIMITS}
-    for result in results:
-        run = result.judgement.run if result.judgement else None
-        for name in _SHOWN_LIMITS:
-            if run is not None and name in run.enforcement:
-                seen[name][run.enforcement[name]] += 1
-    parts = [f"{name}: {count.most_common(1)[0][0]}" for name, count in seen.items() if count]
-    return "limits enforced by " + "; ".join(parts) if parts else ""
+def _exit_if_damaged(damaged: DamagedInput | None) -> None:
+    """After the summary: name the damage again and exit 3 (the results are written)."""
+    if damaged is not None:
+        click.echo(
+            f"error: the input was damaged: {damaged}; the {damaged.lines_read} line(s) "
+            f"before it were scored (exit {DAMAGED_INPUT_EXIT})",
+            err=True,
+        )
+        sys.exit(DAMAGED_INPUT_EXIT)
+
+
+def _score_local(
+    sandbox: Sandbox,
+    inputs: tuple[str | None, str | None, str | None, str | None],
+    limits: Limits,
+    scorer_options: dict[str, Any],
+    workers: int | None,
+    order: str,
+    output: str,
+    started: float,
+) -> tuple[Outcome, object]:
+    """Score on this host: one warm pool, started while the input is read."""
+    stream: list[object] = []
+
+    async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
+        # The self-test starts the sandbox (the warm pool's zygote boots in its own
+        # process) while the tasks are parsed on a thread: one pool serves both.
+        probe = asyncio.create_task(Scorer({}, sandbox, limits).self_test())
+        try:
+            tasks, items, skipped = await asyncio.to_thread(_load_inputs, *inputs)
+            stream.append(items)
+            await probe
+            scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped, **scorer_options)
+        except BaseException:
+            probe.cancel()
+            with contextlib.suppress(BaseException):
+                await probe
+            await close_sandbox(sandbox)
+            raise
+        total = items.total if isinstance(items, RolloutStream) else len(items)
+
+        async def run(write: Write) -> None:
+            try:
+                await scorer.score(
+                    items,
+                    workers=workers,
+                    on_result=write,
+                    order=order,
+                    collect=False,
+                    output_tail=OUTPUT_TAIL,
+                )
+            finally:
+                await close_sandbox(sandbox)
+
+        return run, total
+
+    outcome = run_batch(prepare, output)
+    return outcome, stream[0] if stream else None
+
+
+def _score_remote(
+    broker: Any,
+    tasks_path: str | None,
+    rollouts_path: str | None,
+    dataset: str | None,
+    solutions: str | None,
+    limits: Limits,
+    order: str,
+    output: str,
+) -> tuple[Outcome, object]:
+    """Score through a broker, consumed by ``execgym worker`` nodes."""
+    from execgym.broker import RemoteBatch
+
+    try:
+        tasks, loaded, skipped = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
+    except Error as error:
+        raise click.ClickException(str(error)) from error
+    items = list(loaded)
+
+    async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
+        remote = RemoteBatch(broker, tasks, items, limits, skipped)
+
+        async def run(write: Write) -> None:
+            await remote.run(write, ordered=order == "input", collect=False)
+
+        return run, len(items)
+
+    return run_batch(prepare, output), loaded
 
 
 def _check_output(output: str, *inputs: str | None) -> None:
@@ -564,163 +629,6 @@ def _check_output(output: str, *inputs: str | None) -> None:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
     except OSError as error:
         raise unwritable(error) from error
-
-
-def _warn_unknown_tasks(
-    tasks: dict[str, Task], skipped: dict[str, str], items: list[RolloutLine | LineProblem]
-) -> None:
-    unknown: dict[str, int] = {}
-    for item in items:
-        if isinstance(item, RolloutLine) and item.rollout.task_id not in tasks:
-            unknown[item.rollout.task_id] = unknown.get(item.rollout.task_id, 0) + 1
-    by_reason: dict[str, list[str]] = {}
-    for task_id, count in unknown.items():
-        if task_id in skipped:
-            by_reason.setdefault(skipped[task_id], []).append(task_id)
-            continue
-        click.echo(
-            f"warning: {count} rollout(s) for task_id {task_id!r} scored as invalid: no such task",
-            err=True,
-        )
-    for reason, task_ids in by_reason.items():  # one line per reason, not per task
-        rollouts = sum(unknown[task_id] for task_id in task_ids)
-        shown = ", ".join(task_ids[:3]) + (", ..." if len(task_ids) > 3 else "")
-        click.echo(
-            f"warning: {len(task_ids)} task(s) skipped as invalid ({shown}; {rollouts} "
-            f"rollout(s) masked): {reason}",
-            err=True,
-        )
-
-
-def _score_to_file(
-    scorer: Scorer, items: list[RolloutLine | LineProblem], workers: int | None, output: str
-) -> list[ScoredRollout]:
-    try:
-        asyncio.run(scorer.self_test())
-    except Error as error:
-        raise click.ClickException(str(error)) from error
-    finally:
-        _close(scorer.sandbox)
-
-    async def run(write: Callable[[ScoredRollout], None]) -> list[ScoredRollout]:
-        try:
-            return await scorer.score(items, workers=workers, on_result=write)
-        finally:
-            aclose = getattr(scorer.sandbox, "aclose", None)
-            if aclose is not None:
-                await aclose()
-
-    return _write_results(run, len(items), output)
-
-
-def _write_results(
-    run: Callable[[Callable[[ScoredRollout], None]], Awaitable[list[ScoredRollout]]],
-    total: int,
-    output: str,
-) -> list[ScoredRollout]:
-    """Run a batch with ``run(write)``, writing each result to ``output`` as it comes."""
-    written: list[ScoredRollout] = []
-    stopped_by: list[int] = []
-    write_failed: list[OSError] = []
-    try:
-        # Lone surrogates (from a program's exception message, say) become JSON escapes.
-        sink = Path(output).open("w", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-    except OSError as error:
-        raise click.ClickException(
-            f"cannot write the results to {output}: {error.strerror or error}"
-        ) from error
-    try:
-        try:
-            return asyncio.run(_with_progress(run, total, sink, written, stopped_by, write_failed))
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            if write_failed:
-                error = write_failed[0]
-                raise click.ClickException(
-                    f"cannot write the results to {output}: {error.strerror or error} "
-                    f"(the first {len(written)} of {total} results were written); free space "
-                    "on that file system or choose another path with -o, then score again"
-                ) from error
-            click.echo(
-                f"interrupted: {len(written)} of {total} results were written to {output}",
-                err=True,
-            )
-            sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
-        except Error as error:
-            raise click.ClickException(
-                f"{error} ({len(written)} of {total} results were written to {output})"
-            ) from error
-    finally:
-        with contextlib.suppress(OSError):  # a failed write's data stays in the buffer
-            sink.close()
-        if write_failed:
-            _drop_partial_line(output, written)
-
-
-_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"})
-"""Characters ``json.dumps`` writes raw that ``str.splitlines()`` splits at: escaped, so a
-reader that splits the results file that way still gets one result per line."""
-
-
-def _result_line(result: ScoredRollout) -> str:
-    return json.dumps(result.to_json(), ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
-
-
-def _drop_partial_line(output: str, written: list[ScoredRollout]) -> None:
-    """Cut a results file back to its complete lines after a failed write."""
-    size = sum(len(_result_line(r).encode("utf-8", "backslashreplace")) for r in written)
-    with contextlib.suppress(OSError):
-        if Path(output).is_file() and Path(output).stat().st_size > size:
-            os.truncate(output, size)
-
-
-def _close(sandbox: object) -> None:
-    """Stop a sandbox that keeps processes between runs (the warm pool), if it does."""
-    aclose = getattr(sandbox, "aclose", None)
-    if aclose is not None:
-        asyncio.run(aclose())
-
-
-async def _with_progress(
-    run: Callable[[Callable[[ScoredRollout], None]], Awaitable[list[ScoredRollout]]],
-    total: int,
-    sink: IO[str],
-    written: list[ScoredRollout],
-    stopped_by: list[int],
-    write_failed: list[OSError],
-) -> list[ScoredRollout]:
-    from tqdm import tqdm
-
-    # SIGTERM and SIGHUP (terminal or ssh closed) stop the batch like Ctrl-C: running
-    # sandboxes are killed and reclaimed, and every finished result is already on disk.
-    # A failed write (a full disk) stops it the same way.
-    current = asyncio.current_task()
-
-    def stop(signum: int) -> None:
-        stopped_by.append(signum)
-        if current is not None:
-            current.cancel()
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        asyncio.get_running_loop().add_signal_handler(signum, stop, signum)
-
-    tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
-    with tqdm(total=total, unit="rollout", file=sys.stderr, disable=None) as bar:
-
-        def write(result: ScoredRollout) -> None:
-            if write_failed:
-                return
-            try:
-                sink.write(_result_line(result))
-                sink.flush()
-            except OSError as error:
-                write_failed.append(error)
-                if current is not None:
-                    current.cancel()
-                return
-            written.append(result)
-            bar.update(1)
-
-        return await run(write)
 
 
 @main.command()
@@ -799,6 +707,9 @@ def worker(
       execgym worker --broker redis://localhost:6379/0 --concurrency 8
       execgym worker --broker redis://localhost:6379/0 --check
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
+    from execgym.broker import BrokerSettings, open_broker
+    from execgym.worker import Worker, WorkerSettings, describe_broker, run_node
+
     settings = BrokerSettings(visibility_timeout_s=visibility_timeout_s)
     try:
         broker = open_broker(broker_url, settings, prefix=prefix)
@@ -826,6 +737,8 @@ def worker(
 def _serve_metrics(host: str, port: int) -> Metrics:
     """Start prometheus-client's HTTP server (a daemon thread) for a worker's metrics."""
     from prometheus_client import start_http_server
+
+    from execgym.metrics import Metrics
 
     metrics = Metrics()
     try:
@@ -1042,22 +955,6 @@ def validate(
         workers=workers or os.cpu_count() or 1,
         warm_pool=warm_pool,
     )
-
-
-# Object storage (execgym.storage): `execgym data`, `execgym storage`, `execgym checkpoints`.
-for _command in STORAGE_COMMANDS:
-    main.add_command(_command)
-
-main.add_command(status)
-
-
-def _add_episodes() -> None:
-    from execgym._episodes_cli import episodes
-
-    main.add_command(episodes)
-
-
-_add_episodes()
 
 
 if __name__ == "__main__":

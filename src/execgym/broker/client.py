@@ -226,11 +226,22 @@ class RemoteBatch:
     limits: Limits = DEFAULT_LIMITS
     skipped_tasks: Mapping[str, str] | None = None
 
-    async def run(self, on_result: Callable[[ScoredRollout], None]) -> list[ScoredRollout]:
+    async def run(
+        self,
+        on_result: Callable[[ScoredRollout], None],
+        *,
+        ordered: bool = False,
+        collect: bool = True,
+    ) -> list[ScoredRollout]:
         """Score every item, calling ``on_result`` as each finishes.
 
+        Args:
+            on_result: Called with each result.
+            ordered: Call ``on_result`` in input order (see :func:`score_rollouts`).
+            collect: Keep every result and return them; ``False`` keeps none.
+
         Returns:
-            All results, in input order.
+            All results, in input order (``[]`` when not ``collect``).
 
         Raises:
             BrokerUnavailable: if the broker cannot be reached (checked first).
@@ -239,10 +250,16 @@ class RemoteBatch:
             await self._check()
             results = []
             async for scored in score_rollouts(
-                self.broker, self.tasks, self.items, self.limits, skipped_tasks=self.skipped_tasks
+                self.broker,
+                self.tasks,
+                self.items,
+                self.limits,
+                skipped_tasks=self.skipped_tasks,
+                ordered=ordered,
             ):
                 on_result(scored)
-                results.append(scored)
+                if collect:
+                    results.append(scored)
             return sorted(results, key=lambda r: r.index)
         finally:
             await self.broker.aclose()

@@ -1,0 +1,113 @@
+"""``execgym score``'s results file: streamed, in input order, one line per rollout for
+every line reader; and the batch's memory does not hold the results (issue 23)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from execgym._results_file import json_line
+from execgym._score_cli import RolloutStream
+from execgym.cli import main
+from tests.conftest import ONE_TASK, write_jsonl
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_results_have_no_raw_line_separators_for_splitlines_readers(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    # A rollout controls its output and its exception's message: U+2028, U+2029 and
+    # U+0085 are valid raw inside JSON strings, but str.splitlines() splits on them,
+    # so a reader that does `for line in text.splitlines()` saw broken lines.
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    separators = "a\\u2028b\\u2029c\\x85d"
+    completion = f"    print('{separators}')\n    raise ValueError('{separators}')\n"
+    rollouts = write_jsonl(
+        tmp_path / "rollouts.jsonl",
+        [{"task_id": "t/1", "completion": completion}, {"task_id": "t/1", "completion": "x"}],
+    )
+    out = tmp_path / "r.jsonl"
+    code, stdout, stderr = run("score", str(tasks), str(rollouts), "-o", str(out))
+    assert code == 0, stdout + stderr
+    text = out.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) == 2
+    first = json.loads(lines[0])
+    assert first["verdict"] == "error"
+    assert "a\u2028b\u2029c\x85d" in first["stdout_tail"]
+    assert "a\u2028b\u2029c\x85d" in first["error"]["message"]
+    assert not {"\u2028", "\u2029", "\x85"} & set(text)
+
+
+def test_json_line_escapes_every_splitlines_break_and_lone_surrogates() -> None:
+    breaks = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    value = {"s": f"x{breaks}y\udc80", "k\u2028": [breaks]}
+    data = json_line(value)
+    text = data.decode("utf-8")
+    assert text.endswith("\n")
+    assert len(text.splitlines()) == 1
+    assert json.loads(text) == value
+
+
+def test_results_are_in_input_order_by_default_and_as_finished_on_request(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    slow = "    import time\n    time.sleep(1.5)\n    return 1\n"
+    items = [{"task_id": "t/1", "completion": slow}] + [
+        {"task_id": "t/1", "completion": "    return 1\n"} for _ in range(5)
+    ]
+    rollouts = write_jsonl(tmp_path / "rollouts.jsonl", items)
+    indexes = {}
+    for order in ("input", "completion"):
+        out = tmp_path / f"{order}.jsonl"
+        code, stdout, stderr = run(
+            "score", str(tasks), str(rollouts), "-o", str(out), "--workers", "2",
+            "--order", order,
+        )  # fmt: skip
+        assert code == 0, stdout + stderr
+        results = [json.loads(line) for line in out.read_text().splitlines()]
+        assert {r["verdict"] for r in results} == {"passed"}
+        indexes[order] = [r["index"] for r in results]
+    assert indexes["input"] == list(range(6))
+    assert indexes["completion"][0] != 0
+    assert sorted(indexes["completion"]) == list(range(6))
+
+
+def test_repeated_ids_and_unknown_tasks_are_still_warned_about(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "rollouts.jsonl",
+        [
+            {"task_id": "t/1", "completion": "    return 1\n", "rollout_id": "same"},
+            {"task_id": "t/1", "completion": "    return 1\n", "rollout_id": "same"},
+            {"task_id": "t/1", "completion": "    return 1\n", "rollout_id": "t/1#3"},
+            {"task_id": "t/1", "completion": "    return 1\n"},  # t/1#3 again, generated
+            {"task_id": "nope", "completion": "x"},
+        ],
+    )
+    out = tmp_path / "r.jsonl"
+    code, stdout, stderr = run("score", str(tasks), str(rollouts), "-o", str(out))
+    assert code == 0, stdout + stderr
+    assert "2 rollout_id(s) appear more than once, e.g. 'same', 't/1#3'" in stderr
+    assert "1 rollout(s) for task_id 'nope' scored as invalid: no such task" in stderr
+    assert "5 rollouts" in stdout
+
+
+def test_the_rollout_stream_reads_lazily_and_counts_without_parsing(tmp_path: Path) -> None:
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text('{"task_id": "t/1", "completion": "x"}\n\n  \nnot json\n' * 3)
+    stream = RolloutStream(str(rollouts), {}, {})
+    assert stream.total == 6
+    iterator = iter(stream)
+    first = next(iterator)
+    assert first.index == 0
+    assert [item.index for item in iterator] == [1, 2, 3, 4, 5]
