@@ -77,3 +77,108 @@ def test_numbers_close_edges() -> None:
     assert numbers_close(float("-inf"), float("-inf"), FLOAT)
     assert not numbers_close(float("inf"), float("-inf"), FLOAT)
     assert tokens_match("-.5", "-0.5000001", FLOAT)
+
+
+# Issue 17: the rules of testlib (github.com/MikeMirzayanov/testlib 1e4e8a24c79c:
+# testlib.h isBlanks/doubleCompare, checkers/wcmp.cpp, ncmp.cpp) and of Kattis
+# problemtools (a185fe9741dd: support/default_validator/default_validator.cc). Each case
+# below was accepted (or rejected) wrongly by the comparison before them.
+LINES_FLOAT = Comparison(mode="lines", float_abs_tol=1e-6)
+CASELESS = Comparison(case_insensitive=True)
+
+
+@pytest.mark.parametrize("comparison", [TOKENS, FLOAT, LINES, LINES_FLOAT])
+@pytest.mark.parametrize(
+    "actual",
+    [
+        "1\u00a02",  # no-break space
+        "1\x1f2",  # unit separator: str.split() splits on it
+        "1\u30002",  # ideographic space
+        "1\u20282",  # line separator
+        "1\x852",  # next line (C1)
+        "1\u20032",  # em space
+    ],
+)
+def test_only_ascii_whitespace_separates_tokens(actual: str, comparison: Comparison) -> None:
+    assert not compare_output("1 2", actual, comparison).matched
+    assert not compare_output("1 2\n", actual + "\n", comparison).matched
+
+
+@pytest.mark.parametrize("separator", [" ", "\t", "\r\n", "\n", "\v", "\f", "  \t "])
+def test_ascii_whitespace_separates_tokens(separator: str) -> None:
+    assert compare_output("1 2", f"1{separator}2", TOKENS).matched
+    assert compare_output("1 2", f"1{separator}2", FLOAT).matched
+
+
+@pytest.mark.parametrize(
+    "actual",
+    [
+        "\u0661\u0660",  # Arabic-Indic 10
+        "\uff11\uff10",  # fullwidth 10
+        "\u0967\u0966",  # Devanagari 10
+        "\U0001d7e3\U0001d7e2",  # mathematical bold 10
+        "1\u0660",  # mixed
+        "\uff11\uff10.0",
+    ],
+)
+@pytest.mark.parametrize("comparison", [TOKENS, FLOAT, LINES_FLOAT])
+def test_a_number_is_ascii_only(actual: str, comparison: Comparison) -> None:
+    assert float(actual) == 10  # what Python's float() reads, and the old code accepted
+    assert not compare_output("10", actual, comparison).matched
+    assert not compare_output("10.0", actual, comparison).matched
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "matched"),
+    [
+        ("1000000000000000000", "999999999999999999", False),
+        ("999999999999999999", "1000000000000000000", False),
+        ("9007199254740993", "9007199254740992", False),  # 2**53 + 1 vs 2**53
+        ("-9223372036854775808", "-9223372036854775807", False),
+        ("1" + "0" * 5000, "1" + "0" * 4999 + "1", False),  # past int()'s digit limit
+        ("1" + "0" * 5000, "1" + "0" * 5000, True),
+        ("7", "007", True),
+        ("0", "-0", True),
+        ("5", "+5", True),
+        ("-5", "5", False),
+    ],
+)
+@pytest.mark.parametrize(
+    "comparison",
+    [FLOAT, Comparison(float_rel_tol=0.5), Comparison(float_abs_tol=10.0), LINES_FLOAT],
+)
+def test_integers_are_compared_exactly_even_with_a_tolerance(
+    expected: str, actual: str, matched: bool, comparison: Comparison
+) -> None:
+    assert compare_output(expected, actual, comparison).matched is matched
+
+
+def test_an_integer_and_a_float_are_compared_as_doubles() -> None:
+    assert compare_output("3", "3.0000001", FLOAT).matched
+    assert not compare_output("3", "3.1", FLOAT).matched
+    assert compare_output("1000000000000000000", "1e18", FLOAT).matched
+
+
+@pytest.mark.parametrize("comparison", [TOKENS, EXACT, LINES, UNORDERED, FLOAT, CASELESS])
+@pytest.mark.parametrize(
+    ("expected", "actual"),
+    [("\ufeff3\n", "3\n"), ("3\n", "\ufeff3\n"), ("\ufeff3\n", "\ufeff3\n")],
+)
+def test_a_byte_order_mark_is_dropped_from_both_sides(
+    expected: str, actual: str, comparison: Comparison
+) -> None:
+    assert compare_output(expected, actual, comparison).matched
+
+
+def test_a_byte_order_mark_inside_the_output_is_text() -> None:
+    assert not compare_output("3 4", "3 \ufeff4", TOKENS).matched
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "matched"),
+    [("YES", "yes", True), ("Straße", "STRASSE", False), ("ǅ", "ǆ", False), ("ﬀ", "FF", False)],
+)
+def test_case_insensitive_folds_ascii_letters_only(
+    expected: str, actual: str, matched: bool
+) -> None:
+    assert compare_output(expected, actual, CASELESS).matched is matched

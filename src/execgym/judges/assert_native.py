@@ -70,7 +70,11 @@ class NativeAssertJudge:
         preamble = _PREAMBLES.get(task.language, "")
         source = preamble + task.prompt + completion + "\n" + (task.tests or "")
         program = await self.builder.build(
-            task.language, source, sandbox, task.compile_limits_over(compile_limits_for(limits))
+            task.language,
+            source,
+            sandbox,
+            task.compile_limits_over(compile_limits_for(limits)),
+            conventions=task.conventions,
         )
         if isinstance(program, Judgement):
             return program

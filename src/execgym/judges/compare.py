@@ -1,20 +1,58 @@
 r"""Compare a program's output with the expected output (pure functions, no I/O).
 
-The modes are those of :class:`execgym.tasks.models.Comparison`:
+This module is the one place where the rules of output comparison live. They follow
+the judges contest programmers trust, and each rule names its source:
 
-- ``tokens`` (default): whitespace-separated tokens must match one for one, so trailing
-  spaces, ``\r\n`` line ends and trailing blank lines never matter, but inner spaces
-  are never deleted: ``"1 23"`` is not ``"1 2 3"``.
-- ``exact``: the texts are equal.
-- ``lines``: line by line, each line's trailing whitespace and the trailing blank lines
-  ignored.
-- ``unordered_lines``: as ``lines``, in any order (a multiset of lines).
+- testlib: ``testlib.h`` (``isBlanks``, ``doubleCompare``) and the standard checkers
+  ``checkers/wcmp.cpp`` (tokens), ``ncmp.cpp`` (integers, compared exactly as
+  ``long long``) and ``rcmp*.cpp`` (doubles within a tolerance), in
+  github.com/MikeMirzayanov/testlib at commit 1e4e8a24c79c (v0.9.45);
+- Kattis problemtools: ``support/default_validator/default_validator.cc`` (tokens split
+  by C ``isspace``; ``case_sensitive``; ``float_absolute_tolerance`` /
+  ``float_relative_tolerance``, either accepting), in github.com/Kattis/problemtools at
+  commit a185fe9741dd.
 
-``case_insensitive`` folds case first. With ``float_abs_tol`` or ``float_rel_tol`` set,
-two tokens that both read as decimal numbers match when they are that close (either
-tolerance accepting is enough); every other token is still compared as text. Without a
-tolerance numbers are text (``"0.50"`` is not ``"0.5"``). Tolerances apply in the
-``tokens`` and ``lines`` modes; ``unordered_lines`` compares lines as text.
+The rules:
+
+1. **Byte-order marks.** A U+FEFF at the start of the expected or the actual output is
+   dropped before anything else (an editor that saved the expected output with a BOM
+   must not fail every solution; a program may print one too). Both judges read bytes
+   and never see one as part of a token only because their test data is BOM-free.
+2. **Whitespace is ASCII only**: space, ``\t``, ``\n``, ``\r``, ``\v``, ``\f`` (C
+   ``isspace`` in the C locale, as the Kattis validator; testlib's ``isBlanks`` is the
+   first four). Unicode separators (U+00A0, U+3000, U+001F...) are part of a token, so
+   ``"1\u00a02"`` is one token and is not ``"1 2"``. Python's ``str.split()`` would
+   split on them; this module never calls it without an argument.
+3. **Modes** (:class:`execgym.tasks.models.Comparison`):
+
+   - ``tokens`` (default): tokens must match one for one, so trailing spaces, ``\r\n``
+     line ends and trailing blank lines never matter, but inner spaces are never
+     deleted: ``"1 23"`` is not ``"1 2 3"`` (testlib ``wcmp``, Kattis default).
+   - ``exact``: the texts are equal (after rule 1).
+   - ``lines``: line by line (split on ``\n``), each line's trailing ASCII whitespace
+     and the trailing blank lines ignored.
+   - ``unordered_lines``: as ``lines``, in any order (a multiset of lines).
+
+4. **Case.** ``case_insensitive`` folds ASCII letters only (Kattis ``strcasecmp`` in
+   the C locale): ``"YES"`` matches ``"yes"``, but no Unicode case folding
+   (``"ß"`` is not ``"ss"``).
+5. **Numbers are ASCII.** A token is a number only in ASCII syntax:
+   ``[+-]?(digits[.digits] | .digits)([eE][+-]?digits)?`` or ``inf``/``infinity``/``nan``
+   (any case). ``"\u0661\u0660"`` (Arabic-Indic digits) and ``"\uff11\uff10"`` (fullwidth)
+   are text, never 10, although Python's ``float()`` and ``int()`` read them.
+6. **Tolerance.** Without ``float_abs_tol`` or ``float_rel_tol`` every token is compared
+   as text (``"0.50"`` is not ``"0.5"``). With one set (``tokens`` and ``lines`` modes):
+
+   - two **integer** tokens (``[+-]?digits``) are compared exactly, by value, never as
+     floats (testlib ``ncmp``): ``999999999999999999`` is not
+     ``1000000000000000000`` whatever the tolerance; ``007`` is ``7``, ``-0`` is ``0``;
+   - two number tokens of which one is not an integer are compared as IEEE doubles:
+     they match when ``|a - e| <= float_abs_tol`` or ``|a - e| <= float_rel_tol * |e|``
+     (Kattis: either tolerance accepting is enough); NaN matches only NaN and an
+     infinity only the same infinity (testlib ``doubleCompare``);
+   - any other pair is compared as text.
+
+   ``unordered_lines`` compares lines as text.
 """
 
 from __future__ import annotations
@@ -26,7 +64,19 @@ from dataclasses import dataclass
 
 from execgym.tasks.models import Comparison
 
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.I)
+ASCII_WHITESPACE = " \t\n\r\v\f"
+"""The characters that separate tokens (C ``isspace`` in the C locale); see rule 2."""
+
+BOM = "\ufeff"
+"""The byte-order mark dropped from the start of both outputs; see rule 1."""
+
+_SEPARATORS = re.compile(f"[{re.escape(ASCII_WHITESPACE)}]+")
+_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+    re.IGNORECASE | re.ASCII,
+)
+_INTEGER = re.compile(r"([+-]?)0*([0-9]+)", re.ASCII)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _SHOWN = 60
 
 
@@ -41,18 +91,28 @@ class Outcome:
 MATCHED = Outcome(True)
 
 
+def split_tokens(text: str) -> list[str]:
+    r"""``text``'s tokens: the runs between ASCII whitespace (rule 2), no empty ones.
+
+    >>> split_tokens("1 2\r\n3\u00a04")
+    ['1', '2', '3\xa04']
+    """
+    return [token for token in _SEPARATORS.split(text) if token]
+
+
 def compare_output(expected: str, actual: str, comparison: Comparison) -> Outcome:
-    """Compare ``actual`` output with ``expected`` under ``comparison``.
+    """Compare ``actual`` output with ``expected`` under ``comparison`` (module rules).
 
     Returns:
         :data:`MATCHED`, or an :class:`Outcome` whose ``reason`` says where they differ.
     """
+    expected, actual = expected.removeprefix(BOM), actual.removeprefix(BOM)
     if comparison.case_insensitive:
-        expected, actual = expected.casefold(), actual.casefold()
+        expected, actual = expected.translate(_ASCII_LOWER), actual.translate(_ASCII_LOWER)
     if comparison.mode == "exact":
         return MATCHED if expected == actual else _differ_at(expected, actual)
     if comparison.mode == "tokens":
-        return _compare_tokens(expected.split(), actual.split(), comparison, "")
+        return _compare_tokens(split_tokens(expected), split_tokens(actual), comparison, "")
     expected_lines, actual_lines = _lines(expected), _lines(actual)
     if comparison.mode == "unordered_lines":
         missing = Counter(expected_lines) - Counter(actual_lines)
@@ -66,7 +126,7 @@ def compare_output(expected: str, actual: str, comparison: Comparison) -> Outcom
 
 
 def _lines(text: str) -> list[str]:
-    lines = [line.rstrip() for line in text.split("\n")]
+    lines = [line.rstrip(ASCII_WHITESPACE) for line in text.split("\n")]
     while lines and not lines[-1]:
         lines.pop()
     return lines
@@ -75,7 +135,9 @@ def _lines(text: str) -> list[str]:
 def _compare_lines(expected: list[str], actual: list[str], comparison: Comparison) -> Outcome:
     for number, (want, got) in enumerate(zip(expected, actual, strict=False), start=1):
         if _has_tolerance(comparison):
-            outcome = _compare_tokens(want.split(), got.split(), comparison, f"line {number}: ")
+            outcome = _compare_tokens(
+                split_tokens(want), split_tokens(got), comparison, f"line {number}: "
+            )
             if not outcome.matched:
                 return outcome
         elif want != got:
@@ -102,14 +164,27 @@ def _compare_tokens(
 
 
 def tokens_match(expected: str, actual: str, comparison: Comparison) -> bool:
-    """Whether two tokens match: as text, or as numbers within the tolerance if set."""
+    """Whether two tokens match: as text, or as numbers if a tolerance is set (rule 6)."""
     if expected == actual:
         return True
     if not _has_tolerance(comparison):
         return False
     if not (_NUMBER.fullmatch(expected) and _NUMBER.fullmatch(actual)):
         return False
+    want, got = _INTEGER.fullmatch(expected), _INTEGER.fullmatch(actual)
+    if want is not None and got is not None:
+        return _integer_value(want) == _integer_value(got)
     return numbers_close(float(expected), float(actual), comparison)
+
+
+def _integer_value(match: re.Match[str]) -> tuple[str, str]:
+    """An ASCII integer token's exact value as (sign, digits without leading zeros).
+
+    Compared as text, so integers of any length are exact and cost linear time (``int``
+    of a long string is quadratic and refused past 4300 digits).
+    """
+    sign, digits = match.group(1), match.group(2)
+    return ("" if digits == "0" or sign == "+" else sign, digits)
 
 
 def numbers_close(expected: float, actual: float, comparison: Comparison) -> bool:

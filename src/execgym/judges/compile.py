@@ -19,6 +19,7 @@ compiler's message), ``language_unavailable`` (no toolchain here: masked) or
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -34,11 +35,19 @@ from execgym.judges.base import (
     never_started,
     tail_text,
 )
-from execgym.judges.languages import KNOWN_GOOD, SPECS, LanguageSpec, Program
+from execgym.judges.languages import (
+    KNOWN_GOOD,
+    SPECS,
+    LanguageSpec,
+    Program,
+    apply_conventions,
+    python_program,
+)
 from execgym.limits import GiB, Limits, MiB
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox._python import python_command
 from execgym.sandbox.base import Sandbox, Status
+from execgym.tasks.models import Conventions
 from execgym.toolchains import Toolchain, find_toolchain, missing_hint
 
 COMPILE_LIMITS = Limits(
@@ -143,9 +152,29 @@ class Builder:
         self._probed: dict[str, str] = {}  # language -> "" (works) or why it does not
 
     async def build(
-        self, language: str, source: str, sandbox: Sandbox, limits: Limits = COMPILE_LIMITS
+        self,
+        language: str,
+        source: str,
+        sandbox: Sandbox,
+        limits: Limits = COMPILE_LIMITS,
+        *,
+        conventions: Conventions | None = None,
+        headers: dict[str, bytes] | None = None,
     ) -> Program | Judgement:
-        """Make ``source`` runnable; compile it (once per distinct source) if need be."""
+        """Make ``source`` runnable; compile it (once per distinct source) if need be.
+
+        Args:
+            language: One of :data:`~execgym.judges.languages.SPECS`.
+            source: The program.
+            sandbox: Where the compiler runs.
+            limits: The compile step's limits.
+            conventions: The contest-judge conventions of a rollout's program
+                (:class:`~execgym.tasks.models.Conventions`: C/C++ ``-std=`` and
+                ``ONLINE_JUDGE``, the stack of compiled programs, Python's ``exit``
+                and int digits); ``None`` for execgym's own programs (checkers, probes).
+            headers: Files placed beside the source for the compile only (a checker's
+                ``testlib.h``); part of the cache key.
+        """
         toolchain = find_toolchain(language)
         if toolchain is None:
             return Judgement(
@@ -156,7 +185,9 @@ class Builder:
         if problem:
             message = f"the {language} toolchain does not work in the {sandbox.name} sandbox"
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=f"{message}: {problem}")
-        return await self._build(language, toolchain, source, sandbox, limits)
+        return await self._build(
+            language, toolchain, source, sandbox, limits, conventions=conventions, headers=headers
+        )
 
     async def _probe(self, language: str, toolchain: Toolchain, sandbox: Sandbox) -> str:
         if language == "python" or language in self._probed:
@@ -193,29 +224,46 @@ class Builder:
         limits: Limits = COMPILE_LIMITS,
         *,
         trust_cached_errors: bool = True,
+        conventions: Conventions | None = None,
+        headers: dict[str, bytes] | None = None,
     ) -> Program | Judgement:
         spec = SPECS[language]
         name = spec.source_name(source)
         code = source.encode("utf-8", "surrogatepass")
         if spec.compile is None:
-            python = code if language == "python" else None
             argv = tuple(spec.run(toolchain, name, source))
+            if language == "python" and conventions is not None:
+                argv, files, launcher = python_program(argv, code, conventions)
+                return Program(language, argv, files, spec.env, launcher)
+            python = code if language == "python" else None
             return Program(language, argv, {name: code}, spec.env, python)
         argv = spec.compile(toolchain, name)
-        key = self.cache_key(spec, toolchain, argv, code, sandbox, limits)
+        if conventions is not None:
+            argv = apply_conventions(language, toolchain, argv, conventions)
+        headers = headers or {}
+        keyed = list(argv)
+        if headers:  # the headers' contents are part of what is compiled
+            digests = {n: hashlib.sha256(d).hexdigest() for n, d in sorted(headers.items())}
+            keyed.append(json.dumps(digests))
+        key = self.cache_key(spec, toolchain, keyed, code, sandbox, limits)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:  # rollouts of one source wait for a single compile
             payload = self._cached(key)
             if payload is not None and not trust_cached_errors and _failed(payload):
                 payload = None
             if payload is None:
-                payload = await self._compile(spec, argv, name, code, sandbox, limits)
+                payload = await self._compile(
+                    spec, argv, name, {**headers, name: code}, sandbox, limits
+                )
                 if isinstance(payload, Judgement):
                     return payload
                 self._store(key, payload)
             else:
                 self.cache_hits += 1
-        return self._program(spec, toolchain, name, source, payload)
+        program = self._program(spec, toolchain, name, source, payload)
+        if isinstance(program, Program) and conventions is not None:
+            return dataclasses.replace(program, stack_bytes=conventions.stack_bytes)
+        return program
 
     @staticmethod
     def cache_key(
@@ -250,7 +298,7 @@ class Builder:
         spec: LanguageSpec,
         argv: list[str],
         name: str,
-        code: bytes,
+        sources: dict[str, bytes],
         sandbox: Sandbox,
         limits: Limits,
     ) -> bytes | Judgement:
@@ -261,7 +309,7 @@ class Builder:
             # the sandbox sees a JVM or V8 compiler and spares it RLIMIT_AS.
             [*python_command("execgym_compile.py"), argv[0]],
             stdin=job,
-            files={name: code, "execgym_compile.py": self._driver},
+            files={**sources, "execgym_compile.py": self._driver},
             limits=limits,
             env=dict(spec.env) or None,
             want_report=True,

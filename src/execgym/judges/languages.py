@@ -9,7 +9,10 @@ executable, and the sandbox user cannot chmod a file it does not own).
 
 from __future__ import annotations
 
+import functools
+import math
 import re
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -17,12 +20,31 @@ from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._python import python_command
 from execgym.sandbox._rlimits import RESERVES_ADDRESS_SPACE_ENV
 from execgym.sandbox.base import RunResult, Sandbox
+from execgym.tasks.models import DEFAULT_CONVENTIONS, Conventions
 from execgym.toolchains import Toolchain
 
 BINARY = "main"
 """The file name a native compiler writes; also the name it has in later runs."""
 
 _EXEC_COPY = 'cp -- "$0" ./.execgym-exe && chmod 700 ./.execgym-exe && exec ./.execgym-exe "$@"'
+_RAISE_STACK = 'ulimit -s {kib} 2>/dev/null || ulimit -s "$(ulimit -H -s)" 2>/dev/null; '
+"""Raises the stack's soft limit (to the hard limit when that is lower) before exec."""
+
+PYTHON_LAUNCHER = b"""\
+import builtins, sys
+if EXECGYM_EXIT:
+    from _sitebuiltins import Quitter
+    builtins.exit = Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = Quitter("quit", "Ctrl-D (i.e. EOF)")
+sys.set_int_max_str_digits(EXECGYM_DIGITS)
+sys.argv = ["main.py"]
+with open("main.py", "rb") as handle:
+    code = compile(handle.read(), "main.py", "exec", dont_inherit=True)
+exec(code, {"__name__": "__main__", "__file__": "main.py", "__builtins__": builtins})
+"""
+"""Starts a Python stdio program under the task's :class:`Conventions` (``exit``/``quit``
+as ``site`` defines them, the int digit limit), then runs ``main.py`` as ``__main__`` in
+a namespace of its own, so its line numbers and tracebacks are its own."""
 _JAVA_PUBLIC_CLASS = re.compile(r"public\s+(?:(?:final|abstract)\s+)*class\s+([A-Za-z_]\w*)")
 _JAVA_MAIN_CLASS = re.compile(
     r"class\s+([A-Za-z_]\w*)[^{]*\{(?:(?!\bclass\b).)*?static\s+void\s+main\s*\(", re.S
@@ -39,8 +61,11 @@ class Program:
         argv: The command inside the sandbox.
         files: The files it needs in its work dir (source or compiled output).
         env: Environment variables it needs.
-        python_source: For Python, the script itself, so a run without arguments or extra
-            files goes through :meth:`Sandbox.run_python` (the warm pool, when used).
+        python_source: For Python, the script that starts it, so a run without
+            arguments or extra files goes through :meth:`Sandbox.run_python` (the warm
+            pool, when used), with :attr:`files` beside it.
+        stack_bytes: A compiled program's stack limit: ``"memory"`` (the run's memory
+            limit), bytes, or ``None`` (the sandbox's default, 8 MiB on most hosts).
     """
 
     language: str
@@ -48,6 +73,7 @@ class Program:
     files: Mapping[str, bytes]
     env: Mapping[str, str] = field(default_factory=dict)
     python_source: bytes | None = None
+    stack_bytes: str | int | None = None
 
     async def run(
         self,
@@ -63,16 +89,43 @@ class Program:
         env = dict(self.env) or None
         if self.python_source is not None and not args and not extra_files:
             return await sandbox.run_python(
-                self.python_source, stdin=stdin, limits=limits, env=env, want_report=want_report
+                self.python_source,
+                stdin=stdin,
+                files=dict(self.files) or None,
+                limits=limits,
+                env=env,
+                want_report=want_report,
             )
         return await sandbox.run(
-            [*self.argv, *args],
+            [*self.with_stack(limits), *args],
             stdin=stdin,
             files={**self.files, **(extra_files or {})},
             limits=limits,
             env=env,
             want_report=want_report,
         )
+
+    def with_stack(self, limits: Limits) -> list[str]:
+        """:attr:`argv`, raising the stack limit first for a compiled program.
+
+        The native launcher is ``/bin/sh -c SCRIPT``: ``ulimit -s`` goes at the start of
+        its script, so the limit is set in the process that then execs the program.
+        """
+        stack = stack_limit_bytes(self.stack_bytes, limits)
+        if stack is None or tuple(self.argv[:2]) != ("/bin/sh", "-c"):
+            return list(self.argv)
+        script = _RAISE_STACK.format(kib=math.ceil(stack / 1024)) + self.argv[2]
+        return [*self.argv[:2], script, *self.argv[3:]]
+
+
+def stack_limit_bytes(rule: str | int | None, limits: Limits) -> int | None:
+    """The stack limit in bytes a :attr:`Program.stack_bytes` rule gives under ``limits``.
+
+    ``"memory"`` is ``limits.memory_bytes``; ``None`` stays ``None`` (the default stack).
+    """
+    if rule == "memory":
+        return limits.memory_bytes
+    return rule if isinstance(rule, int) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +174,75 @@ def _c(tc: Toolchain, name: str) -> list[str]:
 
 def _cpp(tc: Toolchain, name: str) -> list[str]:
     return [_tool(tc.compiler), "-O2", "-std=gnu++17", "-o", BINARY, name]
+
+
+STANDARDS = {
+    "c": ("gnu23", "gnu2x", "gnu17", "gnu11"),
+    "cpp": ("gnu++23", "gnu++2b", "gnu++20", "gnu++2a", "gnu++17"),
+}
+"""``-std=`` values tried, newest first, when a task does not name one (C23 is
+ISO/IEC 9899:2024 and C++23 ISO/IEC 14882:2024, the newest published standards;
+``gnu2x``/``gnu++2b`` are their names in GCC 12 and older)."""
+
+
+@functools.lru_cache(maxsize=16)
+def newest_standard(language: str, compiler: str, fingerprint: str) -> str:
+    """The newest ``-std=`` of :data:`STANDARDS` that ``compiler`` accepts.
+
+    Found by compiling an empty translation unit with each on the host (the same
+    compiler binary the sandbox runs, under ``/usr``), once per compiler
+    (``fingerprint`` changes when it is replaced). The oldest candidate when none works
+    (the compile in the sandbox then reports the compiler's own message).
+    """
+    del fingerprint  # part of the cache key only
+    source_language = "c" if language == "c" else "c++"
+    for standard in STANDARDS[language]:
+        try:
+            done = subprocess.run(  # a fixed argv on our own empty input
+                [compiler, f"-std={standard}", "-fsyntax-only", "-x", source_language, "-"],
+                input=b"",
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            break
+        if done.returncode == 0:
+            return standard
+    return STANDARDS[language][-1]
+
+
+def apply_conventions(
+    language: str, toolchain: Toolchain, argv: list[str], conventions: Conventions
+) -> list[str]:
+    """A C or C++ compile command under ``conventions``: its ``-std=`` and ``-D`` flags.
+
+    Other languages' commands are returned unchanged.
+    """
+    if language not in ("c", "cpp"):
+        return argv
+    chosen = conventions.c_std if language == "c" else conventions.cpp_std
+    if chosen is None:
+        chosen = newest_standard(language, argv[0], toolchain.fingerprint)
+    out = [f"-std={chosen}" if word.startswith("-std=") else word for word in argv]
+    if conventions.online_judge:
+        out.insert(1, "-DONLINE_JUDGE")
+    return out
+
+
+def python_program(
+    argv: tuple[str, ...], source: bytes, conventions: Conventions = DEFAULT_CONVENTIONS
+) -> tuple[tuple[str, ...], dict[str, bytes], bytes]:
+    """``(argv, files, python_source)`` of a Python stdio program under ``conventions``.
+
+    The program is ``main.py``; what starts it is :data:`PYTHON_LAUNCHER` (as
+    ``launcher.py`` for a run by argv, as the script of a warm-pool run).
+    """
+    launcher = PYTHON_LAUNCHER.replace(b"EXECGYM_EXIT", str(conventions.python_exit).encode())
+    digits = str(conventions.python_int_max_str_digits).encode()
+    launcher = launcher.replace(b"EXECGYM_DIGITS", digits)
+    run = tuple(word if word != "main.py" else "launcher.py" for word in argv)
+    return run, {"main.py": source, "launcher.py": launcher}, launcher
 
 
 def _rust_options(tc: Toolchain) -> list[str]:

@@ -10,11 +10,39 @@ task's :class:`~execgym.tasks.models.Comparison`, or handed to the task's checke
 The judgement's ``details`` hold ``cases`` (per case: ``verdict``, ``wall_time_s``,
 ``message``), ``passed``, ``total`` and ``fraction_passed``. The verdict is ``passed``
 when every case passed, else the verdict of the first case that did not.
+
+Programs are built and run under the task's :class:`~execgym.tasks.models.Conventions`
+(contest judges' conventions: Python's ``exit``/``quit`` and unlimited int digits, C and
+C++ at the newest standard with ``ONLINE_JUDGE``, the stack of compiled programs equal
+to the memory limit).
+
+**Checkers.** A checker's exit code has testlib's meaning (``TResult`` in ``testlib.h``):
+0 accepted; 1 wrong answer, 2 presentation error, 4 (``_dirt``), 7 (``_points``) and 8
+(unexpected EOF) reject the output: ``failed``. Anything else (3, testlib's ``_fail``,
+another code, a signal, a timeout, running out of memory or output, an exception in a
+Python checker) is the checker's own failure, and a rollout controls what the checker
+reads: a checker that crashes on unparsable output (``1 2 3`` where two numbers were
+due, prose, invalid UTF-8) must not buy the rollout a mask. So the rule
+(masked only when the fault is provably ours or the task's):
+
+- the checker is run once more on the same case with the task's expected output as
+  the answer to judge (the result is kept per checker and case);
+- if it accepts that, it works, and what made it fail was the rollout's output: the
+  case is ``failed``, with the checker's message;
+- only a checker that also fails on (or rejects) the expected output is the task's
+  fault: ``sandbox_error``, masked. A failure of the sandbox itself while running the
+  checker is ``sandbox_error`` at once.
+
+A C or C++ checker may ``#include "testlib.h"``: execgym's copy (testlib 0.9.45, MIT,
+``execgym/judges/vendor``) is placed beside it, and such a checker gets testlib's
+argument order (input, output, answer: :attr:`~execgym.tasks.models.Checker.interface`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from importlib import resources
 
 from execgym.judges.base import Judgement, Verdict, tail_text
 from execgym.judges.cases import CaseResult, case_judgement, run_verdict
@@ -38,6 +66,24 @@ except BaseException:
 """Runs a Python checker so that an exception in it is a checker failure (exit 3), not
 the wrong-answer exit code 1 every uncaught exception would give."""
 
+CHECKER_REJECTS = {
+    1: "wrong answer",
+    2: "presentation error",
+    4: "wrong answer (testlib _dirt: extra output)",
+    7: "partial points, not accepted (testlib _points)",
+    8: "unexpected end of the output",
+}
+"""Checker exit codes that reject the output (testlib's ``TResult`` exit codes: ``_wa``,
+``_pe``, ``_dirt``, ``POINTS_EXIT_CODE``, ``UNEXPECTED_EOF_EXIT_CODE``); 0 accepts, and
+every other outcome is the checker's own failure (``_fail`` is 3)."""
+
+_NAMES = ("input.txt", "expected.txt", "actual.txt")
+
+
+def testlib_header() -> bytes:
+    """The vendored ``testlib.h`` (testlib 0.9.45, MIT; see ``vendor/SOURCE.md``)."""
+    return resources.files("execgym.judges").joinpath("vendor/testlib.h").read_bytes()
+
 
 class StdioJudge:
     """Judge ``stdio`` tasks in any language; see the module docstring.
@@ -50,13 +96,18 @@ class StdioJudge:
 
     def __init__(self, builder: Builder | None = None) -> None:
         self.builder = builder or Builder()
+        self._reference_checks: dict[str, str] = {}  # checker+case -> "" (accepts) or why not
 
     async def judge(
         self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
     ) -> Judgement:
         """Run ``completion`` on every case of ``task`` (or up to the first failure)."""
         program = await self.builder.build(
-            task.language, completion, sandbox, task.compile_limits_over(compile_limits_for(limits))
+            task.language,
+            completion,
+            sandbox,
+            task.compile_limits_over(compile_limits_for(limits)),
+            conventions=task.conventions,
         )
         if isinstance(program, Judgement):
             return program
@@ -79,7 +130,8 @@ class StdioJudge:
     async def _checker(self, checker: Checker, sandbox: Sandbox) -> Program | Judgement:
         python = checker.language == "python"
         source = _PYTHON_CHECKER if python else checker.source
-        built = await self.builder.build(checker.language, source, sandbox)
+        headers = {"testlib.h": testlib_header()} if checker.language in ("c", "cpp") else None
+        built = await self.builder.build(checker.language, source, sandbox, headers=headers)
         if isinstance(built, Program) and python:
             files = {**built.files, "checker.py": checker.source.encode("utf-8", "surrogatepass")}
             built = dataclasses.replace(built, files=files)
@@ -105,29 +157,96 @@ class StdioJudge:
         if early is not None:
             return early
         actual = run.stdout.decode("utf-8", errors="replace")
-        if isinstance(checker, Program):
-            return await self._check(checker, case, run, sandbox, limits)
+        if isinstance(checker, Program) and task.checker is not None:
+            return await self._check(task.checker, checker, case, run, sandbox, limits)
         outcome = compare_output(case.output, actual, task.comparison)
         if outcome.matched:
             return CaseResult(Verdict.PASSED, run)
         return CaseResult(Verdict.FAILED, run, f"wrong answer: {outcome.reason}")
 
     async def _check(
-        self, checker: Program, case: StdioCase, run: RunResult, sandbox: Sandbox, limits: Limits
+        self,
+        spec: Checker,
+        checker: Program,
+        case: StdioCase,
+        run: RunResult,
+        sandbox: Sandbox,
+        limits: Limits,
     ) -> CaseResult:
-        names = ("input.txt", "expected.txt", "actual.txt")
-        contents = (case.input.encode("utf-8"), case.output.encode("utf-8"), run.stdout)
-        verdict_run = await checker.run(
-            sandbox, limits=limits, args=names, extra_files=dict(zip(names, contents, strict=True))
-        )
-        said = tail_text(verdict_run.stdout + verdict_run.stderr, 300).strip()
+        verdict_run = await self._run_checker(spec, checker, case, run.stdout, sandbox, limits)
+        said = _said(verdict_run)
         if verdict_run.status is Status.OK:
             return CaseResult(Verdict.PASSED, run)
-        if verdict_run.status is Status.RUNTIME_ERROR and verdict_run.exit_code == 1:
-            return CaseResult(Verdict.FAILED, run, f"the checker rejected the output: {said}")
+        rejected = _rejection(verdict_run)
+        if rejected is not None:
+            return CaseResult(Verdict.FAILED, run, f"the checker: {rejected}: {said}")
+        failure = f"{verdict_run.status.value}, exit code {verdict_run.exit_code}"
+        if verdict_run.status is Status.SANDBOX_ERROR:
+            return CaseResult(Verdict.SANDBOX_ERROR, run, f"the checker could not run: {said}")
+        broken = await self._fails_on_reference(spec, checker, case, sandbox, limits)
+        if broken:
+            return CaseResult(
+                Verdict.SANDBOX_ERROR,
+                run,
+                f"the task's checker failed ({failure}): {said}; it fails on the task's "
+                f"expected output too ({broken}), so the fault is the task's",
+            )
         return CaseResult(
-            Verdict.SANDBOX_ERROR,
+            Verdict.FAILED,
             run,
-            f"the task's checker failed ({verdict_run.status.value}, "
-            f"exit code {verdict_run.exit_code}): {said}",
+            f"the checker failed on this output ({failure}): {said}; it accepts the task's "
+            "expected output, so the output made it fail",
+            "WrongAnswer",
         )
+
+    async def _run_checker(
+        self,
+        spec: Checker,
+        checker: Program,
+        case: StdioCase,
+        actual: bytes,
+        sandbox: Sandbox,
+        limits: Limits,
+    ) -> RunResult:
+        contents = (case.input.encode("utf-8"), case.output.encode("utf-8"), actual)
+        files = dict(zip(_NAMES, contents, strict=True))
+        given, expected, output = _NAMES
+        args = (given, output, expected) if spec.argument_order == "testlib" else _NAMES
+        return await checker.run(sandbox, limits=limits, args=args, extra_files=files)
+
+    async def _fails_on_reference(
+        self, spec: Checker, checker: Program, case: StdioCase, sandbox: Sandbox, limits: Limits
+    ) -> str:
+        """Why the checker fails on the case's own expected output ("" if it accepts it).
+
+        A definite answer is kept for later rollouts of the task; a probe that ran out
+        of time or met a sandbox failure decides for this case only.
+        """
+        key = hashlib.sha256(
+            "\0".join(
+                [spec.language, spec.argument_order, spec.source, case.input, case.output]
+            ).encode("utf-8", "surrogatepass")
+        ).hexdigest()
+        if key in self._reference_checks:
+            return self._reference_checks[key]
+        expected = case.output.encode("utf-8")
+        probe = await self._run_checker(spec, checker, case, expected, sandbox, limits)
+        why = (
+            ""
+            if probe.status is Status.OK
+            else (f"{probe.status.value}, exit code {probe.exit_code}: {_said(probe)}")
+        )
+        if probe.status not in (Status.TIME_LIMIT, Status.SANDBOX_ERROR):
+            self._reference_checks[key] = why
+        return why
+
+
+def _said(run: RunResult) -> str:
+    return tail_text(run.stdout + run.stderr, 300).strip()
+
+
+def _rejection(run: RunResult) -> str | None:
+    """What a checker's exit code says when it rejects the output, else ``None``."""
+    if run.status is Status.RUNTIME_ERROR and run.signal is None:
+        return CHECKER_REJECTS.get(run.exit_code or 0)
+    return None

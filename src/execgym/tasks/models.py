@@ -24,6 +24,7 @@ models by ``python -m execgym.tasks.schema``.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -139,19 +140,91 @@ class Checker(_Strict):
     """A task's own program deciding whether an output is right (a "special judge").
 
     It runs in the sandbox with the files ``input.txt``, ``expected.txt`` and
-    ``actual.txt`` in its work dir, whose names are also its three arguments, and
-    answers with its exit code: 0 accepted, 1 wrong answer; anything else (another
-    code, a crash, a timeout, an exception raised by a Python checker) means the
-    checker itself failed, which is not the model's fault (``sandbox_error``, masked).
+    ``actual.txt`` in its work dir and answers with its exit code, read as testlib's
+    ``TResult`` (``testlib.h``): 0 accepted; 1 wrong answer, 2 presentation error, 4
+    (testlib's ``_dirt``), 7 (``_points``: partial, not accepted) and 8 (unexpected end
+    of the output) are ``failed``; 3 (``_fail``), any other code, a crash, a timeout or
+    an exception raised by a Python checker is the checker's own failure. Such a
+    failure is then told apart (see :mod:`execgym.judges.stdio`): a checker that
+    accepts the task's expected output failed because of the rollout's output, which is
+    ``failed``; only one that fails on the expected output too is masked
+    (``sandbox_error``).
+
+    Attributes:
+        language: The checker's language.
+        source: Its source. A C++ checker may ``#include "testlib.h"``: execgym ships
+            testlib (MIT), and compiles it next to the checker.
+        interface: The order of its three arguments. ``"execgym"``: ``input.txt
+            expected.txt actual.txt``; ``"testlib"``: ``input.txt actual.txt
+            expected.txt`` (testlib's ``registerTestlibCmd``: input, participant's
+            output, jury's answer). Unset: ``"testlib"`` when the source includes
+            ``testlib.h``, else ``"execgym"``.
     """
 
     language: str = "python"
     source: str = Field(min_length=1)
+    interface: Literal["execgym", "testlib"] | None = None
 
     @field_validator("language")
     @classmethod
     def _known_language(cls, value: str) -> str:
         return normalize_language(value)
+
+    @property
+    def argument_order(self) -> Literal["execgym", "testlib"]:
+        """:attr:`interface`, or the one its source implies when unset."""
+        if self.interface is not None:
+            return self.interface
+        return (
+            "testlib" if re.search(r'#\s*include\s*[<"]testlib\.h[>"]', self.source) else "execgym"
+        )
+
+
+class Conventions(_Strict):
+    """The conventions of contest judges a task's programs run under.
+
+    Each can be changed per task (``"conventions": {...}`` in the task's line).
+
+    Attributes:
+        python_exit: Python's ``exit()`` and ``quit()`` exist, as under ``site`` (the
+            sandbox starts Python without ``site``). Codeforces, AtCoder, Kattis and
+            DMOJ run Python with ``site``, where both exist.
+        python_int_max_str_digits: The limit on the digits of ``int``/``str``
+            conversions (CPython 3.11's ``sys.set_int_max_str_digits``); 0 is
+            unlimited, as on judges whose Python predates the limit (CPython's default
+            4300 makes printing a 5000-digit answer a ``ValueError``).
+        c_std, cpp_std: ``-std=`` of C and C++ compiles; unset: the newest the host's
+            compiler accepts among ``gnu23, gnu2x, gnu17`` and ``gnu++23, gnu++2b,
+            gnu++20, gnu++17`` (AtCoder's C++ 23 is ``-std=gnu++2b`` on GCC 12;
+            Kattis compiles ``-std=gnu++23``, problemtools' ``languages.yaml``).
+        online_judge: Define ``ONLINE_JUDGE`` in C and C++ (``-DONLINE_JUDGE``: AtCoder
+            and Codeforces do, so a ``#ifndef ONLINE_JUDGE freopen(...)`` guard reads
+            stdin, not a file).
+        stack_bytes: The stack limit (``RLIMIT_STACK``) of compiled programs (C, C++,
+            Rust, Go): ``"memory"`` (default) is the run's memory limit, as Kattis
+            and Codeforces set it, so deep recursion is bounded by memory and not by
+            the 8 MiB default; a number of bytes; or ``None`` for the host's default.
+    """
+
+    python_exit: bool = True
+    python_int_max_str_digits: int = Field(default=0, ge=0, le=MAX_COUNT)
+    c_std: str | None = Field(default=None, pattern=r"^[a-z0-9+]{1,16}$")
+    cpp_std: str | None = Field(default=None, pattern=r"^[a-z0-9+]{1,16}$")
+    online_judge: bool = True
+    stack_bytes: Literal["memory"] | int | None = Field(default="memory")
+
+    @field_validator("stack_bytes")
+    @classmethod
+    def _stack_in_bounds(
+        cls, value: Literal["memory"] | int | None
+    ) -> Literal["memory"] | int | None:
+        if isinstance(value, int) and not 64 * 1024 <= value <= MAX_BYTES:
+            raise ValueError(f"stack_bytes must be between 65536 and {MAX_BYTES}, or 'memory'")
+        return value
+
+
+DEFAULT_CONVENTIONS = Conventions()
+"""The conventions of a task that sets none."""
 
 
 class Task(BaseModel):
@@ -194,6 +267,9 @@ class Task(BaseModel):
         reference: A known-correct completion, if any.
         limits: Per-task limits overriding the run's (optional).
         compile_limits: Per-task limits for the compile step (optional).
+        conventions: The contest-judge conventions its programs run under
+            (:class:`Conventions`: Python's ``exit``, C/C++ standard and
+            ``ONLINE_JUDGE``, the stack of compiled programs).
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -217,6 +293,7 @@ class Task(BaseModel):
     reference: str | None = None
     limits: TaskLimits | None = None
     compile_limits: TaskLimits | None = None
+    conventions: Conventions = Field(default_factory=Conventions)
 
     @field_validator("language")
     @classmethod
