@@ -782,6 +782,13 @@ def _serve_metrics(host: str, port: int) -> Metrics:
     default=None,
     help=f"Circuit breakers for /v1/score, as for score [default: {DEFAULT_SPEC}].",
 )
+@click.option(
+    "--run-code-network",
+    type=click.Choice(["none", "loopback"]),
+    default=None,
+    help="Network of /run_code programs: loopback lets a program serve and call itself "
+    "on 127.0.0.1 (never beyond) [default: none].",
+)
 def serve(
     host: str,
     port: int,
@@ -792,6 +799,7 @@ def serve(
     warm_pool: bool | None,
     allow_root: bool | None,
     breakers_spec: str | None,
+    run_code_network: str | None,
 ) -> None:
     """Serve the HTTP API: /v1/score, /v1/run, SandboxFusion's /run_code (docs at /docs).
 
@@ -814,6 +822,7 @@ def serve(
             warm_pool=warm_pool,
             allow_root=allow_root or None,
             breakers=breakers_spec,
+            run_code_network=run_code_network,
         )
         app = create_app(settings)
     except Error as error:

@@ -198,7 +198,9 @@ async def test_unknown_language_and_bad_base64_are_422() -> None:
         too_long = await client.post(
             "/run_code", json={"code": "", "language": "python", "run_timeout": 10_000}
         )
-        assert too_long.status_code == 422
+        # SandboxFusion sets no maximum: lowered to the server's and said, never a 422
+        # (verl would fail every test case of the sample).
+        assert too_long.status_code == 200
         assert "more than this server allows" in too_long.json()["message"]
         for field, value in (("files", {"\ud800": ""}), ("fetch_files", ["a\x00b"])):
             body = json.dumps({"code": "", "language": "python", field: value})

@@ -47,6 +47,7 @@ import ctypes
 import fcntl
 import gc
 import json
+import linecache
 import marshal
 import mmap
 import os
@@ -435,8 +436,9 @@ def become_program(header, fds, seccomp, end):
         end.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored in PID 1
     io = None
+    failed = None
     if code is None:
-        code = compile(read_all(script).decode("utf-8"), "runner.py", "exec")
+        code, failed = compile_script(read_all(script))
     for number, fd in enumerate((stdin, stdout, stderr)):
         os.dup2(fd, number)
     if report >= 0:
@@ -476,6 +478,8 @@ def become_program(header, fds, seccomp, end):
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
     namespace = {"__name__": "__main__", "__file__": "/work/runner.py", "__builtins__": builtins}
     try:
+        if failed is not None:
+            raise failed
         if entry is None:
             exec(code, namespace)
         else:
@@ -483,10 +487,8 @@ def become_program(header, fds, seccomp, end):
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
+    except BaseException as error:
+        report_uncaught(error)
         code = 1
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -494,6 +496,44 @@ def become_program(header, fds, seccomp, end):
         except BaseException:
             pass
     os._exit(code)
+
+
+SCRIPT = "/work/runner.py"
+
+
+def compile_script(data):
+    """``(code, None)`` for a script's bytes, or ``(None, error)`` if it does not compile.
+
+    It is compiled from bytes, as ``python runner.py`` reads a file (a PEP 263 coding
+    line holds; other bytes than UTF-8 are a ``SyntaxError``). The error (or the
+    ``ValueError`` of a NUL byte, before Python 3.12) is raised only once the program's
+    stderr is in place, so the program's author sees it. The source goes into
+    ``linecache`` under the script's path, so tracebacks show its lines although no
+    file holds it.
+    """
+    try:
+        code = compile(data, SCRIPT, "exec")
+    except (SyntaxError, ValueError) as error:
+        return None, error.with_traceback(None)  # its frames are ours
+    lines = data.decode("utf-8", errors="replace").splitlines(True)
+    linecache.cache[SCRIPT] = (len(data), None, lines, SCRIPT)
+    return code, None
+
+
+def report_uncaught(error):
+    """Print an uncaught exception as Python does, from the program's frames on.
+
+    The first frame (:func:`become_program`, ours) is left out. The traceback module,
+    not the C default hook, prints it when the hook is the default: only it reads
+    ``linecache``, so only it shows the lines of a script that is not a file.
+    """
+    error = error.with_traceback(error.__traceback__.tb_next if error.__traceback__ else None)
+    if sys.excepthook is sys.__excepthook__:
+        import traceback
+
+        traceback.print_exception(error)
+    else:
+        sys.excepthook(type(error), error, error.__traceback__)
 
 
 def preload(header, fd):

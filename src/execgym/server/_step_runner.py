@@ -8,7 +8,9 @@ the sandbox's stdin; the compile step reads nothing. When a step fails the rest 
 skipped. The report (JSON) goes to fd 3, which no step inherits, and lists each step
 and the requested files (base64, ``null`` when absent or too large).
 
-Spec: ``{"steps": [{"name", "argv", "timeout_s"}], "output_cap", "fetch", "fetch_cap"}``.
+Spec: ``{"steps": [{"name", "argv", "timeout_s"}], "output_cap", "fetch", "fetch_cap",
+"to_tmp"}``; ``to_tmp`` names files (relative to ``/tmp``) the request put under ``/tmp``:
+they arrive in the work dir's ``.execgym-tmp/`` and are moved to ``/tmp`` before any step.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +27,7 @@ import time
 
 REPORT_FD = 3
 OUT_DIR = "/tmp/.execgym-steps"
+STAGING = ".execgym-tmp"
 
 
 def _no_dumping() -> None:
@@ -106,6 +110,15 @@ def fetch(paths: list, cap: int) -> dict:
     return files
 
 
+def move_to_tmp(names: list) -> None:
+    """Move the request's files for ``/tmp`` there from the work dir's staging folder."""
+    for name in names:
+        target = os.path.join("/tmp", name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.move(os.path.join(STAGING, name), target)
+    shutil.rmtree(STAGING, ignore_errors=True)
+
+
 def main() -> None:
     """Run the spec in ``sys.argv[1]`` and write the report to fd 3."""
     _no_dumping()
@@ -113,6 +126,7 @@ def main() -> None:
     report_pipe = os.fdopen(REPORT_FD, "w")
     os.set_inheritable(REPORT_FD, False)
     os.makedirs(OUT_DIR, exist_ok=True)
+    move_to_tmp(spec.get("to_tmp", []))
     steps = []
     for index, step in enumerate(spec["steps"]):
         stdin = 0 if step["name"] == "run" else subprocess.DEVNULL

@@ -274,11 +274,14 @@ def recipe(language: Language, code: str, toolchains: Toolchains) -> Recipe:
             [tool("go", ""), "build", "-o", "main", "main.go"],
             ["./main"],
         ),
+        # Types are not checked (--noCheck, TypeScript >= 5.5), as SandboxFusion runs
+        # TypeScript with tsx (``sandbox/runners/major.py``): only a syntax error stops
+        # the build; Node's modules import as there (``import util from "util"``).
         "typescript": (
             {"main.ts": source},
             [
                 *(tool("tsc", ""), "--target", "es2020", "--module", "commonjs"),
-                *("--skipLibCheck", "main.ts"),
+                *("--skipLibCheck", "--noCheck", "--esModuleInterop", "main.ts"),
             ],
             [tool("node", ""), "main.js"],
         ),
@@ -289,7 +292,9 @@ def recipe(language: Language, code: str, toolchains: Toolchains) -> Recipe:
         steps["java"] = (
             {f"{name}.java": source},
             [tool("javac", ""), *(f"-J{flag}" for flag in _JVM_FLAGS), f"{name}.java"],
-            [tool("java", ""), *_JVM_FLAGS, "-cp", ".", name],
+            # -ea: assertions on, as SandboxFusion runs Java (``sandbox/runners/major.py``)
+            # and as MultiPL-E's Java tests need (``assert`` is their check).
+            [tool("java", ""), *_JVM_FLAGS, "-ea", "-cp", ".", name],
         )
     if language.name == "pytest":
         main = _PYTEST_MAIN.format(site=toolchains.pytest_path).encode()

@@ -42,6 +42,8 @@ FETCH_CAP_BYTES = 1 * MiB
 """Largest file ``fetch_files`` returns; larger ones come back as ``None``."""
 
 _STEP_RUNNER = "execgym_steps.py"
+TMP_STAGING = ".execgym-tmp"
+"""Where files for ``/tmp`` wait in the work dir until the step runner moves them."""
 
 
 class LanguageUnavailable(TaskError):
@@ -61,6 +63,7 @@ class ProgramRequest:
         code: The source.
         stdin: Bytes for the run step's stdin.
         files: Extra files for the work dir (relative names).
+        tmp_files: Extra files for ``/tmp`` (names relative to it).
         fetch_files: Files to read back after the run.
         compile_timeout_s: Wall-clock budget of the compile step, seconds.
         limits: Limits of the run step (its ``wall_time_s`` is the run timeout); the
@@ -72,6 +75,7 @@ class ProgramRequest:
     stdin: bytes = b""
     files: Mapping[str, bytes] = field(default_factory=dict)
     fetch_files: Sequence[str] = ()
+    tmp_files: Mapping[str, bytes] = field(default_factory=dict)
     compile_timeout_s: float = 10.0
     limits: Limits = DEFAULT_LIMITS
 
@@ -167,7 +171,7 @@ async def run_program(
     limits = request.limits
     if limits.max_processes < steps.max_processes:
         limits = dataclasses.replace(limits, max_processes=steps.max_processes)
-    if steps.compile is None and not request.fetch_files:
+    if steps.compile is None and not request.fetch_files and not request.tmp_files:
         if language.name == "python":
             run = await sandbox.run_python(
                 files.pop("main.py"), stdin=request.stdin, files=files, limits=limits, env=env
@@ -197,7 +201,10 @@ async def _run_steps(
         )
         budget_s += request.compile_timeout_s
     steps.append({"name": "run", "argv": list(run_argv), "timeout_s": limits.wall_time_s})
+    for name, content in request.tmp_files.items():
+        files[f"{TMP_STAGING}/{name}"] = content
     spec = {
+        "to_tmp": sorted(request.tmp_files),
         "steps": steps,
         "output_cap": limits.max_output_bytes,
         "fetch": list(request.fetch_files),

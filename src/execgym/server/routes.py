@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from execgym.limits import MiB
 from execgym.sandbox.base import Status
 from execgym.server.languages import LANGUAGES, utf8
 from execgym.server.programs import (
@@ -19,6 +20,7 @@ from execgym.server.programs import (
     find_language,
 )
 from execgym.server.responses import job_response, run_code_response, run_response
+from execgym.server.run_code import differences, place_files, timeout_note
 from execgym.server.schemas import (
     ErrorResponse,
     JobResponse,
@@ -131,28 +133,50 @@ async def run_code(body: RunCodeRequest, request: Request) -> RunCodeResponse:
 
     A known language whose toolchain is missing here is answered ``Failed`` with a
     ``language unavailable`` message and neither result, which verl scores as an API
-    failure rather than as the code's compile or runtime error.
+    failure rather than as the code's compile or runtime error. Timeouts and memory
+    above the server's maximum are lowered to it, and where execgym's sandbox differs
+    from SandboxFusion's (see :mod:`execgym.server.run_code`) the ``message`` says so.
     """
     service = service_of(request)
-    pod = service.settings.pod_name
+    settings = service.settings
+    pod = settings.pod_name
+    notes = []
+    run_timeout, compile_timeout = body.run_timeout, body.compile_timeout
+    if run_timeout > settings.max_wall_time_s:
+        notes.append(timeout_note("run_timeout", run_timeout, settings.max_wall_time_s))
+        run_timeout = settings.max_wall_time_s
+    if compile_timeout > settings.max_wall_time_s:
+        notes.append(timeout_note("compile_timeout", compile_timeout, settings.max_wall_time_s))
+        compile_timeout = settings.max_wall_time_s
     memory = body.memory_limit_MB * 1024 * 1024 if body.memory_limit_MB > 0 else None
-    limits = service.limits(wall_time_s=body.run_timeout, memory_bytes=memory)
-    if body.compile_timeout > service.settings.max_wall_time_s:
-        service.limits(wall_time_s=body.compile_timeout)  # raises with the maximum
+    if memory is not None and memory > settings.max_memory_bytes:
+        notes.append(
+            f"memory_limit_MB {body.memory_limit_MB} is more than this server allows; the "
+            f"program ran with {settings.max_memory_bytes // MiB} MiB"
+        )
+        memory = settings.max_memory_bytes
+    network = body.network or settings.run_code_network
+    limits = service.limits(wall_time_s=run_timeout, memory_bytes=memory, network=network)
+    work_files, tmp_files = place_files(decode_files(body.files))
     try:
         program = ProgramRequest(
             language=body.language,
             code=body.code,
             stdin=utf8(body.stdin or ""),
-            files=decode_files(body.files),
+            files=work_files,
+            tmp_files=tmp_files,
             fetch_files=[check_path(path, "fetch_files") for path in body.fetch_files],
-            compile_timeout_s=body.compile_timeout,
+            compile_timeout_s=compile_timeout,
             limits=limits,
         )
         outcome = await service.run(program)
     except LanguageUnavailable as error:
         return RunCodeResponse(status="Failed", message=str(error), executor_pod_name=pod)
-    return run_code_response(outcome, pod)
+    response = run_code_response(outcome, pod)
+    notes += differences(outcome, network, body.fetch_files)
+    if notes:
+        response.message = "; ".join([response.message, *notes] if response.message else notes)
+    return response
 
 
 @api.post("/v1/run", tags=["run"], responses={501: {"model": ErrorResponse}})

@@ -22,7 +22,12 @@ from execgym.tasks.models import TaskLimits
 
 
 class RunCodeRequest(BaseModel):
-    """SandboxFusion's ``RunCodeRequest``; unknown fields are ignored, as there."""
+    """SandboxFusion's ``RunCodeRequest``; unknown fields are ignored, as there.
+
+    Timeouts and memory above the server's maximum are lowered to it (the response's
+    ``message`` says so), as SandboxFusion sets no maximum and a refusal would fail
+    every test case of a verl sample.
+    """
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
@@ -38,7 +43,13 @@ class RunCodeRequest(BaseModel):
         default_factory=dict, description="file path -> base64 content, put in the work dir"
     )
     fetch_files: list[str] = Field(
-        default_factory=list, description="files to return (base64) after the run"
+        default_factory=list,
+        description="files to return (base64) after the run: relative to /work, or under /tmp",
+    )
+    network: Literal["none", "loopback"] | None = Field(
+        None,
+        description="execgym's own field: 'loopback' lets the program serve and call itself "
+        "on 127.0.0.1 (never beyond); the server's --run-code-network by default",
     )
 
     @field_validator("language")

@@ -46,6 +46,10 @@ class ServerSettings:
             opened on by id, besides the shipped examples.
         pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
             ``EXECGYM_SERVER_POD_NAME`` from the pod's ``metadata.name``).
+        run_code_network: The network of ``/run_code`` programs whose request does not
+            say: ``"none"`` (default) or ``"loopback"`` (``127.0.0.1`` inside each
+            run's own network namespace, for programs that serve and call themselves,
+            as SandboxFusion's isolation tests do; never beyond).
         breakers: Circuit breakers per task type for ``/v1/score``, as
             :func:`execgym.breakers.from_spec` reads them (``off`` turns them off).
 
@@ -71,6 +75,7 @@ class ServerSettings:
     max_episodes: int = 64
     episode_idle_timeout_s: float = 300.0
     episode_tasks: str | None = None
+    run_code_network: str = "none"
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -81,6 +86,10 @@ class ServerSettings:
                 raise ConfigError(f"{field.name} must be positive and finite, got {value!r}")
         if self.token is not None and not self.token.strip():
             raise ConfigError("token must not be empty; leave it unset to turn auth off")
+        if self.run_code_network not in ("none", "loopback"):
+            raise ConfigError(
+                f"run_code_network must be 'none' or 'loopback', got {self.run_code_network!r}"
+            )
         from_spec(self.breakers)  # raises ConfigError for a bad spec
         if self.default_memory_bytes > self.max_memory_bytes:
             raise ConfigError("default_memory_bytes must not exceed max_memory_bytes")
