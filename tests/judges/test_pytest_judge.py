@@ -302,3 +302,48 @@ async def test_an_argument_that_cannot_cross_says_how_to_fix_it(bwrap_sandbox) -
     judgement = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task)
     assert judgement.verdict is Verdict.FAILED
     assert "str(tmp_path)" in judgement.details["tests"][0]["message"]
+
+
+# Issue 17: a suite that collects no test is the task's fault (invalid, masked, with the
+# reason), decided from the task's files alone; one the rollout can empty stays error.
+@pytest.mark.parametrize(
+    "test_files",
+    [
+        {"test_add.py": "from solution import add\n\ndef helper():\n    assert add(1, 2) == 3\n"},
+        {"test_add.py": "", "helpers.py": "X = 1\n"},
+        {"test_add.py": "def test_broken(:\n    pass\n"},
+    ],
+    ids=["no-test-function", "empty-file", "does-not-compile"],
+)
+async def test_a_suite_that_collects_no_test_is_invalid(bwrap_sandbox, test_files) -> None:
+    task = TASK.model_copy(update={"test_files": test_files})
+    for mode in ("proxy", "in_process"):
+        judgement = await judge(
+            bwrap_sandbox,
+            "def add(a, b):\n    return a + b\n",
+            task.model_copy(update={"pytest_mode": mode}),
+        )
+        assert judgement.verdict is Verdict.INVALID, judgement.message
+        assert "the task's test" in judgement.message
+
+
+async def test_a_rollout_that_rebinds_the_test_names_scores_zero(bwrap_sandbox) -> None:
+    """``from solution import *`` after the tests lets the rollout's names replace them:
+    pytest then collects nothing, and that is the rollout's doing, not the task's."""
+    tests = "def test_add():\n    assert add(1, 2) == 3\n\nfrom solution import *\n"
+    task = TASK.model_copy(update={"test_files": {"test_add.py": tests}})
+    completion = "def add(a, b):\n    return 0\n\ntest_add = 1\n"
+    judgement = await judge(bwrap_sandbox, completion, task)
+    assert judgement.verdict is Verdict.ERROR, judgement.message
+
+
+@pytest.mark.parametrize("mode", ["proxy", "in_process"])
+async def test_a_skip_raised_by_the_solution_is_not_a_pass(bwrap_sandbox, mode: str) -> None:
+    completion = (
+        "import unittest\ndef add(a, b):\n"
+        "    if a < 0:\n        raise unittest.SkipTest('not today')\n    return a + b\n"
+    )
+    judgement = await judge(
+        bwrap_sandbox, completion, TASK.model_copy(update={"pytest_mode": mode})
+    )
+    assert judgement.verdict is not Verdict.PASSED, judgement.details["tests"]

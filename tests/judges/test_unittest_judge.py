@@ -12,6 +12,7 @@ from execgym.judges.unittest_tests import UnittestJudge, unittest_program
 from execgym.limits import Limits, MiB
 from execgym.reward import load_spec
 from execgym.tasks import Rollout, Task
+from execgym.tasks.loaders import RolloutLine
 from tests.conftest import require
 
 pytestmark = pytest.mark.bwrap
@@ -121,10 +122,11 @@ async def test_a_program_that_does_not_load_is_a_collection_error(
     assert judgement.details["total"] == 0
 
 
-async def test_tests_without_the_class_are_an_error(bwrap_sandbox) -> None:
+async def test_tests_without_the_class_are_invalid(bwrap_sandbox) -> None:
+    # the task's fault, found from its tests alone (issue 17): masked, with the reason
     task = TASK.model_copy(update={"tests": TESTS.replace("class TestCases", "class Other")})
     judgement = await judge(bwrap_sandbox, BODY, task)
-    assert judgement.verdict is Verdict.ERROR
+    assert judgement.verdict is Verdict.INVALID
     assert "no test class TestCases" in judgement.message
 
 
@@ -216,3 +218,131 @@ async def test_matplotlib_tasks_get_the_prebuilt_font_list(bwrap_sandbox) -> Non
     task = Task(task_id="t/mpl", kind="unittest", tests=tests)
     judgement = await judge(bwrap_sandbox, "import matplotlib\n", task)
     assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
+# Issue 17: a skip raised by the solution's code is not a pass. Three tests; the solution
+# answers the first and skips the two others, which upstream's harness (and this judge,
+# before) counted as a pass: no failure, no error, one test passed.
+THREE_TESTS = """\
+import unittest
+
+class TestCases(unittest.TestCase):
+    def test_one(self):
+        self.assertEqual(task_func(1), 2)
+
+    def test_two(self):
+        self.assertEqual(task_func(2), 4)
+
+    def test_three(self):
+        self.assertEqual(task_func(3), 6)
+"""
+THREE = Task(task_id="t/skips", kind="unittest", tests=THREE_TESTS)
+SOLUTION_SKIPS = {
+    "raise-skiptest": "import unittest\ndef task_func(x):\n"
+    "    if x != 1:\n        raise unittest.SkipTest('not today')\n    return 2\n",
+    "from-a-helper": "import unittest\ndef _bail():\n    raise unittest.case.SkipTest('later')\n"
+    "def task_func(x):\n    return 2 if x == 1 else _bail()\n",
+    "own-subclass": "import unittest\nclass Later(unittest.SkipTest):\n    pass\n"
+    "def task_func(x):\n    if x != 1:\n        raise Later('x')\n    return 2\n",
+    "code-compiled-as-the-tests": "import unittest\n"
+    "_src = '\\n' * 40 + 'def task_func(x):\\n    if x != 1:\\n"
+    '        raise unittest.SkipTest("x")\\n    return 2\\n\'\n'
+    "exec(compile(_src, '__test__.py', 'exec'), globals())\n",
+    "skiptest-through-a-builtin": "import unittest\n"
+    "def task_func(x):\n    return 2 if x == 1 else next(iter(()), None) or _skip()\n"
+    "def _skip():\n    raise unittest.SkipTest('x')\n",
+}
+
+
+@pytest.mark.parametrize("completion", list(SOLUTION_SKIPS.values()), ids=list(SOLUTION_SKIPS))
+async def test_a_skip_raised_by_the_solution_is_not_a_pass(bwrap_sandbox, completion) -> None:
+    judgement = await judge(bwrap_sandbox, completion, THREE)
+    assert judgement.verdict is Verdict.ERROR, judgement.message
+    assert outcomes(judgement) == {"test_one": "passed", "test_two": "error", "test_three": "error"}
+    assert "a skip raised by the solution is not a pass" in judgement.message
+
+
+@pytest.mark.parametrize(
+    "hack",
+    [
+        "unittest.TestCase.__init_subclass__ = classmethod(lambda cls, **k: setattr("
+        "cls, 'test_two', unittest.skip('x')(lambda self: None)))",
+        "unittest.TestCase.__unittest_skip__ = True",
+        "import builtins\n_real = builtins.__build_class__\n"
+        "builtins.__build_class__ = lambda *a, **k: _real(*a, **k)",
+        "unittest.case._addSkip = lambda result, case, reason: result.addSuccess(case)",
+        "unittest.skip = lambda reason: (lambda f: f)",
+    ],
+)
+async def test_marking_the_tests_skipped_from_the_solution_is_tampered(
+    bwrap_sandbox, hack: str
+) -> None:
+    completion = f"import unittest\n{hack}\ndef task_func(x):\n    return 2 if x == 1 else 0\n"
+    judgement = await judge(bwrap_sandbox, completion, THREE)
+    assert judgement.verdict is Verdict.TAMPERED, judgement.message
+
+
+async def test_the_tests_own_skips_still_count_as_skips(bwrap_sandbox) -> None:
+    tests = THREE_TESTS.replace(
+        "    def test_two(self):\n",
+        "    @unittest.skipIf(True, 'the task skips it')\n    def test_two(self):\n",
+    ).replace(
+        "    def test_three(self):\n",
+        "    def test_three(self):\n        self._later()\n\n"
+        "    def _later(self):\n        self.skipTest('the task skips it too')\n\n"
+        "    def test_four(self):\n",
+    )
+    task = THREE.model_copy(update={"tests": tests})
+    judgement = await judge(bwrap_sandbox, "def task_func(x):\n    return 2 * x\n", task)
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+    assert outcomes(judgement) == {
+        "test_one": "passed",
+        "test_two": "skipped",
+        "test_three": "skipped",
+        "test_four": "passed",
+    }
+
+
+# Issue 17: a suite that holds no test is the task's fault (invalid, masked, with the
+# reason), decided from the task's tests alone; a rollout that makes collection fail or
+# find nothing stays error or tampered with reward 0.
+EMPTY_SUITES = {
+    "no-test-method": "import unittest\n\nclass TestCases(unittest.TestCase):\n"
+    "    def helper(self):\n        pass\n",
+    "empty-class": "import unittest\n\nclass TestCases(unittest.TestCase):\n    pass\n",
+    "no-test-class": "import unittest\n\nclass Other(unittest.TestCase):\n"
+    "    def test_x(self):\n        pass\n",
+    "tests-do-not-compile": "import unittest\n\nclass TestCases(unittest.TestCase:\n",
+    "empty-local-base": "import unittest\n\nclass Base(unittest.TestCase):\n    x = 1\n\n"
+    "class TestCases(Base):\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("tests", list(EMPTY_SUITES.values()), ids=list(EMPTY_SUITES))
+async def test_a_suite_without_tests_is_invalid(bwrap_sandbox, tests: str) -> None:
+    task = THREE.model_copy(update={"tests": tests})
+    result = await Scorer({task.task_id: task}, bwrap_sandbox, LIMITS).score_one(
+        RolloutLine(0, Rollout(task_id=task.task_id, completion="def task_func(x):\n    pass\n"))
+    )
+    assert (result.verdict, result.reward) == (Verdict.INVALID, None), result.message
+    assert "the task's test" in result.message
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "import unittest\nunittest.TestLoader.testMethodPrefix = 'nothing'\n",
+        "import unittest\nunittest.TestLoader.getTestCaseNames = lambda self, c: []\n",
+        "raise ValueError('the rollout fails to load')\n",
+    ],
+    ids=["loader-prefix", "loader-names", "raises-at-load"],
+)
+async def test_a_rollout_that_makes_collection_fail_or_find_nothing_scores_zero(
+    bwrap_sandbox, completion: str
+) -> None:
+    completion += "def task_func(x):\n    return 2 * x\n"
+    result = await Scorer({THREE.task_id: THREE}, bwrap_sandbox, LIMITS).score_one(
+        RolloutLine(0, Rollout(task_id=THREE.task_id, completion=completion))
+    )
+    assert result.verdict in (Verdict.ERROR, Verdict.TAMPERED), result.message
+    assert result.reward == 0.0

@@ -34,7 +34,9 @@ pipe, is ``tampered``.
 Mode ``in_process``: pytest and the rollout share this process, as tests that need the
 rollout's real objects require. The harness remembers the functions that make and log
 test reports and ``unittest.TestCase``'s assertions, and ``tampered`` says whether the
-solution replaced one of them.
+solution replaced one of them. A skip (``pytest.skip``, ``unittest.SkipTest``) raised
+through any frame but the task's test files', pytest's and the standard library's is
+that test's failure: a skip raised by the rollout is not a pass.
 """
 
 import contextlib
@@ -102,7 +104,41 @@ def main():
     def entry(fields):
         return "{" + ", ".join(string(k) + ": " + string(v) for k, v in fields) + "}"
 
+    here = os.getcwd()
+    own_files = {os.path.join(here, name) for name in test_files}
+    own_dirs = (libraries + os.sep, os.path.dirname(os.__file__) + os.sep)
+    skips = (unittest.SkipTest, pytest.skip.Exception)
+
+    def rollout_skip(excinfo):
+        """Where the rollout's code raised the skip ending a test (mode in_process), or None.
+
+        A skip counts only when every frame from pytest down to the ``raise`` is the
+        task's test files', pytest's or the standard library's; any other (the
+        rollout's modules, code it compiled) makes it the rollout's: not a pass.
+        """
+        if server is not None or excinfo is None or not isinstance(excinfo.value, skips):
+            return None
+        trace = excinfo.value.__traceback__
+        while trace is not None:
+            name = trace.tb_frame.f_code.co_filename
+            if name not in own_files and not name.startswith(own_dirs):
+                return f"{name} line {trace.tb_lineno}"
+            trace = trace.tb_next
+        return None
+
     class Recorder:
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            where = rollout_skip(call.excinfo)  # before unittest's plugin converts SkipTest
+            outcome = yield
+            if where is not None:
+                report = outcome.get_result()
+                report.outcome = "failed"
+                report.longrepr = (
+                    f"the rollout's code raised a skip ({type(call.excinfo.value).__name__}) "
+                    f"at {where}: a skip raised by the rollout is not a pass"
+                )
+
         def pytest_sessionstart(self, session):
             if server is not None:  # before pytest's assertion-rewriting import hook
                 sys.meta_path.remove(server)

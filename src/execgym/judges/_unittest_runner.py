@@ -1,7 +1,8 @@
 """The unittest harness (BigCodeBench style), run INSIDE the sandbox.
 
 Protocol: it writes ``START_MARKER`` to fd 3 first. stdin holds one line
-``EXECGYM-UNITTEST1 <nonce> <site-packages dir> <test class name>`` and then the
+``EXECGYM-UNITTEST1 <nonce> <site-packages dir> <test class name> <solution lines>``
+(the program's first lines that are the solution, the rest being the tests) and then the
 program (UTF-8): the solution followed by the unittest code, one source, as
 BigCodeBench's own harness (``bigcodebench.eval.unsafe_execute``) runs it; fd 0 is then
 put on ``/dev/null``. As upstream, it sets ``TZ=UTC`` and ``OMP_NUM_THREADS=1`` (and
@@ -15,7 +16,10 @@ line, then a JSON object ``{"exit_code", "tests": [{"name", "outcome", "message"
 pytest harness's report). ``collection_errors`` holds the exception of a program that
 does not compile or raises, or has no such test class; ``tampered`` is true when the
 code replaced one of unittest's own functions (the ``TestCase`` assertions, the result
-and suite machinery) or the test class is not a real ``unittest.TestCase``. The tests
+and suite machinery, the skip decorators, ``__build_class__``) or the test class is not
+a real ``unittest.TestCase``. A ``SkipTest`` raised through any code but the tests' own
+and unittest's (the solution's functions, code it compiled) is that test's ``error``,
+not a skip: a skip the solution raises is not a pass. The tests
 and the solution share one process and one namespace: that is the point (the tests
 check the DataFrames and figures the solution returns) and its limit (a solution
 walking the interpreter's frames could find the nonce).
@@ -35,7 +39,8 @@ def main():
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     sys.stdin = open(os.devnull)
     header, _, program = data.partition(b"\n")
-    _, nonce, libraries, class_name = header.decode("ascii").split(" ")
+    _, nonce, libraries, class_name, solution_lines = header.decode("ascii").split(" ")
+    solution_lines = int(solution_lines)
     program = program.decode("utf-8", "surrogatepass")
     del data
 
@@ -60,9 +65,14 @@ def main():
     )
     time.tzset()
     sys.path.append(libraries)
+    import builtins
     import unittest
     import unittest.case
+    import unittest.loader
+    import unittest.result
+    import unittest.suite
 
+    dunders = ("__call__", "__init__", "__init_subclass__", "__unittest_skip__")
     watched = [
         (owner, name)
         for owner in (
@@ -72,10 +82,18 @@ def main():
             unittest.suite.BaseTestSuite,
             unittest.TestLoader,
             unittest.case._Outcome,
+            unittest,  # skip, skipIf, SkipTest...: the module functions the tests use
+            unittest.case,  # _addSkip, _Outcome...
+            unittest.suite,
+            unittest.loader,
+            unittest.result,
         )
         for name in sorted(raw(owner))
-        if not name.startswith("__") or name in ("__call__", "__init__")
+        if not name.startswith("__") or name in dunders
     ]
+    for name in dunders:  # absent until someone sets them: None is the original
+        watched.append((unittest.TestCase, name))
+    watched.append((builtins, "__build_class__"))  # every class statement of the tests
     originals = [raw(owner).get(name) for owner, name in watched]
     real_case = unittest.TestCase
 
@@ -100,6 +118,28 @@ def main():
         return "{" + ", ".join(string(k) + ": " + string(v) for k, v in fields) + "}"
 
     tests, errors = [], []
+    program_code = [None]  # the compiled program: its test-side code objects are trusted
+    test_codes = set()
+    unittest_dir = os.path.dirname(unittest.__file__) + os.sep
+
+    def solution_skip():
+        """Where the solution's code raised the SkipTest being handled, or ``None``.
+
+        A skip counts only when every frame from the test down to the ``raise`` is the
+        tests' own code (compiled from the lines after the solution) or unittest's; a
+        decorator's skip raises nothing. Any other frame (the solution's functions, code
+        it compiled at run time, a library it called) makes the skip the solution's.
+        """
+        error = sys.exc_info()[1]
+        if not isinstance(error, unittest.SkipTest):
+            return None
+        trace = error.__traceback__
+        while trace is not None:
+            code = trace.tb_frame.f_code
+            if id(code) not in test_codes and not code.co_filename.startswith(unittest_dir):
+                return f"{code.co_filename} line {trace.tb_lineno} ({code.co_name})"
+            trace = trace.tb_next
+        return None
 
     class Recorder(unittest.TestResult):
         def _name(self, test):
@@ -121,6 +161,14 @@ def main():
             tests.append((self._name(test), "error", self._text(test, err)))
 
         def addSkip(self, test, reason):
+            where = solution_skip()
+            if where is not None:  # a skip the solution raised is not a pass
+                message = (
+                    f"the solution's code raised unittest.SkipTest({text(reason)[:200]!r}) "
+                    f"at {where}: a skip raised by the solution is not a pass"
+                )
+                tests.append((self._name(test), "error", message))
+                return
             super().addSkip(test, reason)
             tests.append((self._name(test), "skipped", text(reason)))
 
@@ -153,7 +201,15 @@ def main():
     try:
         sys.stdout = sys.stderr = swallowed
         try:
-            exec(compile(program, "__test__.py", "exec"), module.__dict__)
+            program_code[0] = compile(program, "__test__.py", "exec")
+            pending = [program_code[0]]
+            while pending:  # before any of the solution's code runs
+                for constant in pending.pop().co_consts:
+                    if isinstance(constant, types.CodeType):
+                        pending.append(constant)
+                        if constant.co_firstlineno > solution_lines:
+                            test_codes.add(id(constant))
+            exec(program_code[0], module.__dict__)
             sys.modules["__test__"] = module
             cases = module.__dict__.get(class_name)
             if not isinstance(cases, type):

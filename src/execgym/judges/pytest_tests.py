@@ -11,7 +11,10 @@ plugin autoloading off. Every test's outcome (``passed``, ``failed``, ``error``,
 Verdicts: ``passed`` when at least one test passed and none failed or errored;
 ``failed`` when a test failed (or the solution tampered with pytest's report functions);
 ``error`` for a collection error (reported as such, with its message, never as "0
-tests passed"), a setup or teardown error, no test collected, or a run without report.
+tests passed"), a setup or teardown error, no test collected although the test files
+define some, or a run without report; ``invalid`` (masked, the task's fault) when the
+task's test files do not compile or define no test at all, found from the files alone
+(:func:`~execgym.judges.suites.pytest_suite_problem`) before any rollout runs.
 
 A rollout may not ship ``conftest.py``, pytest's configuration files, or a file with
 the name of a test file: such a rollout is ``failed`` with the reason. Its file names
@@ -28,6 +31,7 @@ from typing import Any
 
 from execgym.judges._programs import harness_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
+from execgym.judges.suites import pytest_suite_problem
 from execgym.limits import Limits
 from execgym.masking import INFRASTRUCTURE_MARK
 from execgym.sandbox.base import RunResult, Sandbox
@@ -209,6 +213,11 @@ class PytestJudge:
                 "pytest is not installed where execgym runs: pip install execgym[pytest-judge]"
             )
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
+        suite = pytest_suite_problem(task.test_files)
+        if suite:  # the task's own tests: masked with the reason (execgym.masking)
+            return Judgement(
+                Verdict.INVALID, error=ErrorDetail("InvalidTask", suite), message=suite
+            )
         extra = dict(files or {})
         problem = rollout_problem(task, {task.solution_path: completion, **extra})
         if problem:

@@ -16,9 +16,14 @@ solution goes on a new line after the prefix), then the task's ``tests``.
 
 Verdicts, as upstream decides a pass (no failure and no error among the tests):
 ``passed`` when at least one test passed and none failed or errored; ``failed`` when
-a test failed; ``error`` when one raised, or when the program does not compile, raises
-before the tests or lacks the test class (a ``collection_errors`` entry, never "0 tests
-passed"); ``tampered`` when the code replaced unittest's assertions or machinery. Every
+a test failed; ``error`` when one raised (or the solution's code raised ``SkipTest``:
+a skip raised by the solution is not a pass), or when the program does not compile or
+raises before the tests (a ``collection_errors`` entry, never "0 tests passed");
+``tampered`` when the code replaced unittest's assertions or machinery (the skip
+decorators included); ``invalid`` (masked, the task's fault) when the task's tests do not
+compile, define no ``TestCases`` class, or one without a ``test*`` method, found from
+the tests alone (:func:`~execgym.judges.suites.unittest_suite_problem`) before any
+rollout runs. Every
 test's outcome is kept in ``details["tests"]``; ``cases_passed`` of ``cases_total`` (the
 tests that ran) give the ``fraction`` correctness reward its partial credit. Because the
 tests share the solution's process, a solution that walks the interpreter's frames
@@ -41,6 +46,7 @@ from pathlib import Path
 from execgym.judges.assert_tests import build_program, marshalled_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.pytest_tests import summarize_tests
+from execgym.judges.suites import unittest_suite_problem
 from execgym.limits import Limits
 from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import Task
@@ -112,13 +118,22 @@ def runner_program() -> bytes:
 
 def unittest_program(task: Task, completion: str) -> str:
     """The one module the harness executes: prefix, completion, a newline, the tests."""
+    return solution_part(task, completion) + (task.tests or "")
+
+
+def solution_part(task: Task, completion: str) -> str:
+    """The program's lines before the tests: prefix, completion and a newline."""
     prefixed = task.model_copy(update={"prompt": task.solution_prefix})
-    return build_program(prefixed, completion) + "\n" + (task.tests or "")
+    return build_program(prefixed, completion) + "\n"
 
 
-def encode_job(nonce: str, program: str) -> bytes:
-    """The job the harness reads on stdin (see :mod:`execgym.judges._unittest_runner`)."""
-    header = f"EXECGYM-UNITTEST1 {nonce} {PYTHON_LIBRARIES_DIR} {TEST_CLASS}\n"
+def encode_job(nonce: str, program: str, solution_lines: int = 0) -> bytes:
+    """The job the harness reads on stdin (see :mod:`execgym.judges._unittest_runner`).
+
+    ``solution_lines`` is how many of the program's first lines are the solution's
+    (prefix and completion): code compiled from the lines after them is the tests'.
+    """
+    header = f"EXECGYM-UNITTEST1 {nonce} {PYTHON_LIBRARIES_DIR} {TEST_CLASS} {solution_lines}\n"
     return header.encode("ascii") + program.encode("utf-8", "surrogatepass")
 
 
@@ -144,12 +159,17 @@ class UnittestJudge:
                 "installed where execgym runs): pip install 'execgym[bigcodebench]'"
             )
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
+        suite = unittest_suite_problem(task.tests or "", TEST_CLASS)
+        if suite:  # the task's own tests: masked with the reason (execgym.masking)
+            return Judgement(
+                Verdict.INVALID, error=ErrorDetail("InvalidTask", suite), message=suite
+            )
         nonce = secrets.token_hex(16)
         program = unittest_program(task, completion)
         files = await self._fonts.files() if _USES_MATPLOTLIB.search(program) else {}
         run = await sandbox.run_python(
             runner_program(),
-            stdin=encode_job(nonce, program),
+            stdin=encode_job(nonce, program, solution_part(task, completion).count("\n")),
             files=files or None,
             limits=limits,
             want_report=True,
