@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import math
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -682,7 +684,10 @@ def _check_output(output: str, *inputs: str | None) -> None:
     help="Serve Prometheus metrics on this port (0: any free port) [default: none].",
 )
 @click.option(
-    "--metrics-host", default="0.0.0.0", show_default=True, help="Address of --metrics-port."
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of --metrics-port (0.0.0.0 for a Prometheus on another host).",
 )
 @_breakers_option
 def worker(
@@ -732,6 +737,45 @@ def worker(
         asyncio.run(run_node(node))
     except Error as error:
         raise click.ClickException(str(error)) from error
+
+
+def _size_option(value: str | None) -> int | None:
+    try:
+        return None if value is None else parse_size(value)
+    except Error as error:
+        raise click.BadParameter(str(error)) from error
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address (127/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos
+    )
+
+
+def _check_exposure(host: str, token: str | None, allowed: bool) -> None:
+    """Refuse to serve beyond loopback without a token unless explicitly allowed.
+
+    Raises:
+        click.UsageError: for a non-loopback ``host`` without a token or the allowance.
+    """
+    if token is not None or is_loopback(host):
+        return
+    risk = (
+        f"--host {host!r} is reachable from other machines and no token is set: anyone "
+        "who reaches it can run code in its sandboxes and read every job's results"
+    )
+    if not allowed:
+        raise click.UsageError(
+            f"{risk}. Set a token (--token or EXECGYM_SERVER_TOKEN; clients send "
+            "'Authorization: Bearer <token>'), listen on 127.0.0.1, or, on a private "
+            "network you trust, add --allow-no-token"
+        )
+    click.echo(f"WARNING: {risk} (--allow-no-token)", err=True)
 
 
 def _serve_metrics(host: str, port: int) -> Metrics:
@@ -789,6 +833,22 @@ def _serve_metrics(host: str, port: int) -> Metrics:
     help="Network of /run_code programs: loopback lets a program serve and call itself "
     "on 127.0.0.1 (never beyond) [default: none].",
 )
+@click.option(
+    "--max-body",
+    "max_body",
+    default=None,
+    metavar="SIZE",
+    callback=lambda ctx, param, value: _size_option(value),
+    help="Largest request body, e.g. 16MiB; larger ones get 413 "
+    "[env: EXECGYM_SERVER_MAX_BODY_BYTES; default: 64MiB].",
+)
+@click.option(
+    "--allow-no-token",
+    is_flag=True,
+    default=None,
+    help="Listen on a non-loopback --host without a token (refused otherwise) "
+    "[env: EXECGYM_SERVER_ALLOW_NO_TOKEN].",
+)
 def serve(
     host: str,
     port: int,
@@ -800,10 +860,13 @@ def serve(
     allow_root: bool | None,
     breakers_spec: str | None,
     run_code_network: str | None,
+    max_body: int | None,
+    allow_no_token: bool | None,
 ) -> None:
     """Serve the HTTP API: /v1/score, /v1/run, SandboxFusion's /run_code (docs at /docs).
 
-    Other settings come from EXECGYM_SERVER_* variables (see the README).
+    Other settings come from EXECGYM_SERVER_* variables (see the README). Without a
+    token, only a loopback --host is allowed unless --allow-no-token is given.
     """
     try:
         import uvicorn
@@ -823,7 +886,10 @@ def serve(
             allow_root=allow_root or None,
             breakers=breakers_spec,
             run_code_network=run_code_network,
+            max_body_bytes=max_body,
+            allow_no_token=allow_no_token or None,
         )
+        _check_exposure(host, settings.token, settings.allow_no_token)
         app = create_app(settings)
     except Error as error:
         raise click.ClickException(str(error)) from error

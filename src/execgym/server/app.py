@@ -206,7 +206,13 @@ def create_app(
     app.include_router(episodes)
     app.include_router(openenv)
     _install_error_handlers(app, metrics)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        token=settings.token,
+        idle_timeout_s=settings.body_idle_timeout_s,
+        min_rate_bytes_per_s=settings.min_body_rate_bytes_per_s,
+    )
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 

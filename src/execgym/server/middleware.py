@@ -1,7 +1,9 @@
-"""ASGI middleware: request body size limit (413) and per-route request metrics."""
+"""ASGI middleware: request bodies (token first, 401; size, 413; rate, 408) and metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
 import time
 from typing import Any
@@ -10,8 +12,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from execgym.server.metrics import Metrics
 
+UNAUTHORIZED = {
+    "error": "http_401",
+    "message": "a valid bearer token is required: send 'Authorization: Bearer <token>'",
+}
+"""The 401 body, the same as the routes' own check answers."""
 
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], extra: dict[bytes, bytes] | None = None
+) -> None:
     payload = json.dumps(body).encode()
     await send(
         {
@@ -21,6 +31,7 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode()),
                 (b"connection", b"close"),
+                *(extra or {}).items(),
             ],
         }
     )
@@ -28,26 +39,74 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 class BodyLimit:
-    """Answers 413 to a request whose body passes ``max_bytes``.
+    """Reads a request body only for a caller with the token, only so big, only so slowly.
 
-    A declared ``Content-Length`` is checked before anything is read; a chunked body is
-    read up to the limit, then replayed to the app.
+    In this order, before the app sees the request:
+
+    1. **Token first.** A request that carries a body (``Content-Length`` above 0 or
+       ``Transfer-Encoding``) without the bearer token gets 401 from its headers
+       alone: not one byte of its body is read, so unauthenticated clients cannot make
+       the server buffer anything (uvicorn stops reading a socket whose unread body
+       passes 64 KiB). Requests without a body are left to the routes' own check.
+    2. **Size.** A declared ``Content-Length`` above ``max_bytes`` gets 413 at once; a
+       chunked body is counted while read and gets 413 as soon as it passes.
+    3. **Rate.** A body whose next bytes take longer than ``idle_timeout_s``, or that
+       arrives slower on average than ``min_rate_bytes_per_s`` once ``idle_timeout_s``
+       has passed, gets 408 (a trickling client would hold its connection forever).
+
+    Every refusal closes the connection (``Connection: close``). The body is then
+    replayed to the app.
 
     Args:
         app: The app to protect.
         max_bytes: Largest body accepted, in bytes.
+        token: The bearer token, or ``None`` when authentication is off.
+        idle_timeout_s: Longest wait for the next part of a body, in seconds; also the
+            grace period before the average rate is checked.
+        min_rate_bytes_per_s: Slowest average body rate accepted after the grace
+            period, in bytes per second.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        *,
+        token: str | None = None,
+        idle_timeout_s: float = 10.0,
+        min_rate_bytes_per_s: int = 16 * 1024,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.token = token
+        self.idle_timeout_s = idle_timeout_s
+        self.min_rate_bytes_per_s = min_rate_bytes_per_s
 
     def _too_large(self) -> dict[str, Any]:
         return {
             "error": "request_too_large",
             "message": f"the request body is larger than this server's limit of "
-            f"{self.max_bytes} bytes; send a smaller batch",
+            f"{self.max_bytes} bytes (EXECGYM_SERVER_MAX_BODY_BYTES); send a smaller "
+            "batch, or ask the operator to raise the limit",
         }
+
+    def _too_slow(self, size: int, elapsed_s: float) -> dict[str, Any]:
+        return {
+            "error": "request_timeout",
+            "message": f"the request body arrived too slowly ({size} bytes in "
+            f"{elapsed_s:.1f} s): this server waits at most {self.idle_timeout_s:g} s for "
+            f"the next bytes and needs at least {self.min_rate_bytes_per_s} bytes/s on "
+            f"average after the first {self.idle_timeout_s:g} s "
+            "(EXECGYM_SERVER_BODY_IDLE_TIMEOUT_S, EXECGYM_SERVER_MIN_BODY_RATE_BYTES_PER_S)",
+        }
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.encode(), self.token.encode()
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection."""
@@ -56,24 +115,18 @@ class BodyLimit:
             return
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
+        has_body = b"transfer-encoding" in headers or (
+            declared is not None and declared.strip() not in (b"", b"0")
+        )
+        if has_body and not self._authorized(headers):
+            await _send_json(send, 401, UNAUTHORIZED, {b"www-authenticate": b"Bearer"})
+            return
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await _send_json(send, 413, self._too_large())
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await _send_json(send, 413, self._too_large())
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body = await self._read(receive, send)
+        if body is None:
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -84,6 +137,36 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or ``None`` once a refusal was sent (or the client left)."""
+        chunks: list[bytes] = []
+        size = 0
+        started = time.monotonic()
+        while True:
+            # The average rate falls below the minimum at started + size / rate, but
+            # never before the grace period; the next bytes are due within the idle
+            # timeout either way.
+            due = started + max(self.idle_timeout_s, size / self.min_rate_bytes_per_s)
+            wait_s = min(self.idle_timeout_s, due - time.monotonic())
+            try:
+                if wait_s <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(wait_s):
+                    message = await receive()
+            except TimeoutError:
+                await _send_json(send, 408, self._too_slow(size, time.monotonic() - started))
+                return None
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await _send_json(send, 413, self._too_large())
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
 
 class RequestMetrics:

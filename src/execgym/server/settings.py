@@ -30,7 +30,14 @@ class ServerSettings:
         workers: Sandboxes running at once, over every request and job.
         max_in_flight: Rollouts and programs accepted but not finished (queued or
             running); past it a request gets 429 with ``Retry-After``.
-        max_body_bytes: Largest request body, in bytes; larger ones get 413.
+        max_body_bytes: Largest request body, in bytes; larger ones get 413 (by
+            ``Content-Length`` before reading, or counted while a chunked body is read).
+        body_idle_timeout_s: Longest wait for the next bytes of a request body, in
+            seconds (then 408); also the grace period before the average rate counts.
+        min_body_rate_bytes_per_s: Slowest average rate of a request body after
+            ``body_idle_timeout_s``, in bytes per second (then 408).
+        allow_no_token: Let ``execgym serve`` listen on an address other than loopback
+            without a token (refused otherwise: anyone who reaches it could run code).
         max_batch: Most rollouts in one ``POST /v1/score``.
         job_ttl_s: Seconds a finished job's results stay retrievable.
         max_wall_time_s: Largest compile or run timeout a request may ask for, seconds.
@@ -64,6 +71,9 @@ class ServerSettings:
     workers: int = max(1, os.cpu_count() or 1)
     max_in_flight: int = 10_000
     max_body_bytes: int = 64 * MiB
+    body_idle_timeout_s: float = 10.0
+    min_body_rate_bytes_per_s: int = 16 * 1024
+    allow_no_token: bool = False
     max_batch: int = 10_000
     job_ttl_s: float = 3600.0
     max_wall_time_s: float = 120.0
