@@ -328,7 +328,7 @@ async def test_dead_lettered_jobs_count_as_infrastructure_failures() -> None:
 async def test_trainer_adapters_mask_quarantined_samples() -> None:
     from execgym.integrations import RewardClient
     from execgym.integrations.trl import score_batch
-    from execgym.integrations.verl import _as_verl
+    from execgym.integrations.verl import as_verl, score_keys
 
     crash = FakeSandbox([fake_result(Status.SANDBOX_ERROR, exit_code=None, message="setup")])
     breakers = Breakers(BreakerPolicy(failures=1), key=lambda t: "all", clock=Clock())
@@ -340,7 +340,7 @@ async def test_trainer_adapters_mask_quarantined_samples() -> None:
     quarantined = await client.score_task(task("Any/1"), code)
     assert quarantined.verdict == "quarantined"
     assert quarantined.reward is None
-    verl = _as_verl(quarantined)
+    verl = as_verl(quarantined, score_keys())
     assert verl["masked"] == 1.0
     assert verl["verdict"] == "quarantined"
 
