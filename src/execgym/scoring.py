@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execgym.breakers import Breakers, dataset_of, is_infrastructure_failure
-from execgym.errors import Error, SandboxSetupFailed, TaskError
+from execgym.errors import ConfigError, Error, SandboxSetupFailed, TaskError
 from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
@@ -345,7 +345,7 @@ class Scorer:
             try:
                 limits = task.limits_over(self.limits)
                 judgement = await self.judge_rollout(task, rollout, limits)
-            except TaskError as error:  # the task's own material (see execgym.masking)
+            except (TaskError, ConfigError) as error:  # the task's or the settings' fault
                 return _invalid(index, task.task_id, rollout_id, str(error), isolation)
             except Error as error:  # the sandbox or the host could not do its job
                 log.warning("sandbox_failed task_id=%s: %s", task.task_id, error)

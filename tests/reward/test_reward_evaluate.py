@@ -153,3 +153,43 @@ def test_security_weights_by_severity() -> None:
     )
     assert risky.score == pytest.approx(1 - (1 + 9) / 10)  # B404 low, B602 high
     assert "B602" in risky.detail
+
+
+# Issue 18, kind 4: the same sloppy code padded with comments scored higher (static 0 to
+# 0.91: findings were divided by non-blank lines; and radon's maintainability index
+# rewards a share of comment lines). The code is measured, not its padding.
+SLOPPY = (
+    "    import os, sys\n    l = []\n    if a == None or b == None:\n"
+    "        return None\n    return a + b\n"
+)
+PADDING = {
+    "400-comments": "".join(
+        f"    # note {i}: adds the two numbers carefully\n" for i in range(400)
+    ),
+    "400-docstrings": "".join(f"    '''note {i}: adds the two numbers'''\n" for i in range(400)),
+    "400-blank-lines": "\n" * 400,
+    "400-pass": "    pass\n" * 400,
+    "mi-comment-sweet-spot": "".join(f"    # step {i}\n" for i in range(4)),
+}
+
+
+@pytest.mark.parametrize("padding", list(PADDING.values()), ids=list(PADDING))
+async def test_padding_never_raises_the_quality_reward(padding: str) -> None:
+    passed = judged(Verdict.PASSED, **MEASURED)
+    plain = await evaluate(PRESETS["quality"], TASK, SLOPPY, passed)
+    padded = await evaluate(PRESETS["quality"], TASK, padding + SLOPPY, passed)
+    assert plain.total is not None
+    assert padded.total is not None
+    assert padded.total <= plain.total + 1e-9, (plain.explanation, padded.explanation)
+    static = {c.kind: c for c in padded.components}["static"]
+    assert static.score == 0.0
+    assert "in 5 logical lines of code" in static.detail
+
+
+def test_the_maintainability_index_has_no_comment_bonus() -> None:
+    code = "def f(x):\n    y = x * 2\n    return y + 1\n"
+    commented = "# one\n# two\n" + code
+    assert (
+        complexity_score(commented, Complexity()).score
+        == complexity_score(code, Complexity()).score
+    )

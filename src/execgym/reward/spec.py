@@ -60,7 +60,9 @@ class Static(BaseModel):
     """Static analysis of the program as text (ruff). Range [0, 1].
 
     0 if the program does not parse; else ``max(0, 1 - d / max_findings_per_line)``
-    where ``d`` = ruff findings / non-blank lines, with the rules in ``select``.
+    where ``d`` = ruff findings / logical lines of the model's code (statements;
+    comments, docstrings, blank lines and ``pass`` are not counted), with the rules in
+    ``select``.
     """
 
     model_config = _MODEL
@@ -76,7 +78,9 @@ class Complexity(BaseModel):
 
     ``0.5 * clamp((cc_max - cc) / (cc_max - cc_ok)) + 0.5 * mi / 100``, where ``cc`` is
     the mean cyclomatic complexity of the program's functions and ``mi`` its
-    maintainability index (0-100); 0 if it does not parse.
+    maintainability index (0-100, radon's ``mi_compute`` with the comment term at 0 %:
+    a share of comment lines raises radon's index, and padding can buy it); 0 if it
+    does not parse.
     """
 
     model_config = _MODEL

@@ -42,8 +42,29 @@ def parses(program: str) -> bool:
     return True
 
 
-def _code_lines(program: str) -> int:
-    return max(1, sum(1 for line in program.splitlines() if line.strip()))
+def logical_lines(program: str, first_line: int = 1) -> int:
+    """Logical lines of code of ``program`` from ``first_line`` on: its statements.
+
+    Counted as radon's ``lloc`` counts them (one per statement, a compound statement's
+    header included), but without the statements that do nothing: docstrings and other
+    bare string constants, ``...`` and ``pass``. Comments and blank lines are not
+    statements. So padding a program with comments, docstrings or blank lines never
+    dilutes its findings (issue 18: 400 comment lines took a sloppy solution's static
+    score from 0 to 0.91). At least 1; ``program`` must parse.
+    """
+    count = 0
+    for node in ast.walk(ast.parse(program)):
+        if not isinstance(node, ast.stmt) or node.lineno < first_line:
+            continue
+        if isinstance(node, ast.Pass):
+            continue
+        value = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(value, ast.Constant) and (
+            isinstance(value.value, str | bytes) or value.value is Ellipsis
+        ):
+            continue
+        count += 1
+    return max(1, count)
 
 
 @cache
@@ -79,6 +100,11 @@ def ruff_findings(program: str, spec: Static) -> list[dict[str, object]]:
 def static_score(program: str, spec: Static, *, first_line: int = 1) -> Measured:
     """The :class:`~execgym.reward.spec.Static` component.
 
+    ``max(0, 1 - d / spec.max_findings_per_line)`` where ``d`` is the ruff findings
+    per logical line of the model's code (:func:`logical_lines`: statements, without
+    comments, docstrings, blank lines or ``pass``), so the code is measured, not its
+    padding.
+
     Args:
         program: The whole program (prompt + completion), analysed together.
         spec: The component's options.
@@ -93,10 +119,10 @@ def static_score(program: str, spec: Static, *, first_line: int = 1) -> Measured
         for f in ruff_findings(program, spec)
         if int(dict(f.get("location") or {}).get("row", first_line)) >= first_line
     ]
-    lines = _code_lines("\n".join(program.splitlines()[first_line - 1 :]))
+    lines = logical_lines(program, first_line)
     density = len(findings) / lines
     codes = sorted({str(f.get("code")) for f in findings})
-    detail = f"{len(findings)} ruff finding(s) in {lines} lines" + (
+    detail = f"{len(findings)} ruff finding(s) in {lines} logical lines of code" + (
         f" ({', '.join(codes[:5])})" if codes else ""
     )
     return Measured(_clamp(1 - density / spec.max_findings_per_line), detail)
@@ -106,7 +132,7 @@ def complexity_score(program: str, spec: Complexity) -> Measured:
     """The :class:`~execgym.reward.spec.Complexity` component (radon)."""
     try:
         from radon.complexity import cc_visit
-        from radon.metrics import mi_visit
+        from radon.metrics import mi_compute, mi_parameters
     except ImportError as error:
         raise ConfigError(
             "the complexity component needs radon: pip install 'execgym[rewards]'"
@@ -115,7 +141,10 @@ def complexity_score(program: str, spec: Complexity) -> Measured:
         return Measured(0.0, "does not parse")
     blocks = cc_visit(program)
     mean_cc = sum(b.complexity for b in blocks) / len(blocks) if blocks else 1.0
-    mi = float(mi_visit(program, multi=True))
+    # The maintainability index without its comment term (radon's mi_compute with 0 %
+    # comments): the term rewards a share of comment lines, which padding can buy.
+    volume, total_cc, lloc, _ = mi_parameters(program, count_multi=True)
+    mi = float(mi_compute(volume, total_cc, lloc, 0))
     cc_part = _clamp((spec.cc_max - mean_cc) / (spec.cc_max - spec.cc_ok))
     score = 0.5 * cc_part + 0.5 * _clamp(mi / 100)
     return Measured(score, f"mean cyclomatic complexity {mean_cc:.1f}, maintainability {mi:.0f}")
