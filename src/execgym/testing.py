@@ -411,6 +411,10 @@ class FakeTaskCatalog:
     def __init__(self, *tasks: FakeRepoTask) -> None:
         self.tasks = {task.task_id: task for task in (tasks or (FakeRepoTask(),))}
 
+    def ids(self) -> list[str]:
+        """The ids of its tasks."""
+        return sorted(self.tasks)
+
     def get(self, task_id: str) -> FakeRepoTask:
         """The task, or :class:`~execgym.errors.TaskNotFound`."""
         from execgym.errors import TaskNotFound

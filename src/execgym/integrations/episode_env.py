@@ -148,6 +148,10 @@ class ShippedTasks:
             self._tasks = tasks
         return self._tasks
 
+    def ids(self) -> list[str]:
+        """The ids of the known tasks (what ``task_id`` may name)."""
+        return sorted(self._load())
+
     def get(self, task_id: str) -> Any:
         """The task ``task_id``; see :meth:`TaskCatalog.get`."""
         tasks = self._load()

@@ -29,6 +29,7 @@ from execgym.integrations.episode_env import (
     tool_schemas,
 )
 from execgym.integrations.openenv import openenv
+from execgym.integrations.openenv_ws import openenv_info, openenv_public
 from execgym.metrics import MeteredSandbox
 from execgym.sandbox import WarmPoolSandbox, create_sandbox
 from execgym.sandbox.base import Sandbox
@@ -205,6 +206,8 @@ def create_app(
     app.include_router(api)
     app.include_router(episodes)
     app.include_router(openenv)
+    app.include_router(openenv_public)
+    app.include_router(openenv_info)
     _install_error_handlers(app, metrics)
     app.add_middleware(
         BodyLimit,

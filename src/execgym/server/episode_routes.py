@@ -49,13 +49,20 @@ class EpisodeBackend:
         """The task a request names.
 
         Raises:
-            TaskError: if it gives both or neither, or an invalid inline task.
+            TaskError: if it gives both or neither (each with its own message), or an
+                invalid inline task.
             TaskNotFound: for an unknown ``task_id``.
         """
-        if (task_id is None) == (task is None):
+        if task_id is not None and task is not None:
             raise TaskError(
                 'give either "task_id" (a shipped or configured task) or "task" '
                 "(a RepoTask object), not both"
+            )
+        if task_id is None and task is None:
+            raise TaskError(
+                'say which task to play: give "task_id" (a shipped or configured task, '
+                'e.g. {"task_id": "example/pager-last-page"}; GET /metadata lists them) or "task" '
+                "(a RepoTask object)"
             )
         return self.catalog.get(task_id) if task_id is not None else self.catalog.parse(task or {})
 
