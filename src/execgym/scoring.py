@@ -23,6 +23,7 @@ from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.judges.compile import Builder
+from execgym.judges.effective import effective_limits
 from execgym.judges.function_call import FunctionCallJudge
 from execgym.judges.pytest_tests import PytestJudge
 from execgym.judges.stdio import StdioJudge
@@ -64,6 +65,10 @@ class ScoredRollout:
         message: Why, for humans.
         reward_breakdown: Every component of the reward, when the scorer has a
             :class:`~execgym.reward.RewardSpec` (``reward`` is then its total).
+        limits: The effective limits it ran under
+            (:func:`~execgym.judges.effective.effective_limits`: the run's, after the
+            task's overrides and its per-case rule, with the stack and compile limits
+            where they apply); ``None`` when it was not judged.
     """
 
     index: int
@@ -76,6 +81,7 @@ class ScoredRollout:
     attempts: int = 1
     message: str = ""
     reward_breakdown: RewardBreakdown | None = None
+    limits: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object written to the results file (one line per rollout)."""
@@ -105,6 +111,7 @@ class ScoredRollout:
             "message": self.message,
             "isolation": self.isolation,
             "enforcement": dict(run.enforcement) if run else {},
+            "limits": dict(self.limits) if self.limits is not None else None,
             "attempts": self.attempts,
             "details": dict(self.judgement.details) if self.judgement else {},
             **(
@@ -131,6 +138,14 @@ class ScoredRollout:
         )
         judgement = dataclasses.replace(self.judgement, run=run)  # type: ignore[arg-type]
         return dataclasses.replace(self, judgement=judgement)
+
+
+def _echoed_limits(task: Task, limits: Limits) -> dict[str, Any] | None:
+    """The effective limits of ``task``'s runs for the result (``None`` if unusable)."""
+    try:
+        return effective_limits(task, limits)
+    except Error:  # the task's limits are invalid: it was not judged under any
+        return None
 
 
 def _tail(data: bytes) -> str:
@@ -377,6 +392,7 @@ class Scorer:
             attempts=attempt,
             message=judgement.message,
             reward_breakdown=breakdown,
+            limits=_echoed_limits(task, self.limits),
         )
 
     async def score(

@@ -203,3 +203,32 @@ async def test_a_testlib_checker_works(
     if said == "wrong answer" and "1, n" in completion:
         # testlib's order (input, output, answer): ouf is the rollout's, ans the jury's.
         assert "sum 8, jury's 7" in judgement.message
+
+
+def test_execgym_score_gives_unparsable_output_a_zero_not_a_mask(bwrap_sandbox, tmp_path) -> None:
+    """Issue 18's hole end to end: through ``execgym score`` into results.jsonl."""
+    import json
+
+    from click.testing import CliRunner
+
+    from execgym.cli import main
+    from tests.conftest import write_jsonl
+
+    task = split_task({"source": NAIVE_PYTHON}).model_dump(mode="json", exclude_none=True)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [task])
+    outputs = ["1 2 3\n", "The answer is three and four.\n", b"\xff\xfe 3 4\n"]
+    rollouts = write_jsonl(
+        tmp_path / "rollouts.jsonl",
+        [{"task_id": "t/split", "completion": printing(o)} for o in outputs]
+        + [{"task_id": "t/split", "completion": RIGHT}],
+    )
+    out = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(main, ["score", str(tasks), str(rollouts), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    results = sorted(map(json.loads, out.read_text().splitlines()), key=lambda r: r["index"])
+    assert [(r["verdict"], r["reward"]) for r in results] == [
+        ("failed", 0.0),
+        ("failed", 0.0),
+        ("failed", 0.0),
+        ("passed", 1.0),
+    ]

@@ -191,4 +191,5 @@ def _scored_from_json(data: dict[str, Any], run_status: str | None) -> ScoredRol
         isolation=data["isolation"],
         attempts=data["attempts"],
         message=data["message"],
+        limits=data.get("limits"),
     )

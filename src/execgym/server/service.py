@@ -21,7 +21,13 @@ from execgym.server.programs import ProgramOutcome, ProgramRequest, run_program
 from execgym.server.schemas import ScoreRequest
 from execgym.server.settings import ServerSettings
 from execgym.server.status import StatusBoard
-from execgym.tasks.loaders import LineProblem, RolloutLine, canonical_rollouts, load_dataset
+from execgym.tasks.loaders import (
+    LineProblem,
+    RolloutLine,
+    canonical_rollouts,
+    duplicate_problems,
+    load_dataset,
+)
 from execgym.tasks.models import Rollout, Task
 
 READINESS_TIMEOUT_S = 20.0
@@ -167,19 +173,25 @@ class Service:
                 tasks = {task_id: tasks[task_id] for task_id in request.task_ids}
             return tasks, {}
         tasks, skipped = {}, {}
+        definitions: dict[str, list[tuple[int, int, Task | None]]] = {}
         for number, record in enumerate(request.tasks or []):
+            task_id = record.get("task_id") if isinstance(record, dict) else None
             try:
                 task = Task.model_validate(record)
             except ValidationError as error:
-                task_id = record.get("task_id") if isinstance(record, dict) else None
                 why = f"tasks[{number}]: {_describe(error)}"
                 if isinstance(task_id, str):
                     skipped[task_id] = why
+                    definitions.setdefault(task_id, []).append((number, number, None))
                 continue
-            if task.task_id in tasks:
-                skipped.setdefault(task.task_id, f"tasks[{number}]: duplicate task_id")
-                continue
-            tasks[task.task_id] = task
+            definitions.setdefault(task.task_id, []).append((number, number, task))
+            tasks.setdefault(task.task_id, task)
+        for task_id, lines in definitions.items():  # one id, several tasks: as load_tasks
+            if len(lines) > 1:
+                problems, keep = duplicate_problems("tasks", task_id, lines)
+                if not keep:
+                    tasks.pop(task_id, None)
+                    skipped[task_id] = problems[0].message.replace("lines", "tasks[] items")
         return tasks, skipped
 
     def _items(

@@ -11,7 +11,7 @@ import json
 import logging
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -221,17 +221,21 @@ def _parse(line: str, path: Path, number: int, index: int) -> dict[str, Any] | L
 def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
     """Load a tasks JSONL file.
 
+    A ``task_id`` defined on more than one line is resolved by :func:`duplicate_problems`:
+    identical definitions keep one (a warning); different ones are all left out, so no
+    rollout is scored against tests that were not meant for it, and each line becomes a
+    problem naming every line of that id (the rollouts for it are then ``invalid``, with
+    that reason).
+
     Returns:
-        ``({task_id: Task}, problems)``; a duplicate task id is a problem (the first
-        one is kept).
+        ``({task_id: Task}, problems)``.
 
     Raises:
         TaskError: if the file cannot be opened.
-        DamagedInput: if it is a truncated or corrupt ``.gz`` file (a partial task
-            set would make rollouts of the missing tasks ``invalid`` unnoticed).
     """
     tasks: dict[str, Task] = {}
     problems: list[LineProblem] = []
+    definitions: dict[str, list[tuple[int, int, Task | None]]] = {}
     for number, index, value in read_jsonl(path):
         if isinstance(value, LineProblem):
             problems.append(value)
@@ -241,19 +245,67 @@ def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
             task = Task.model_validate(value)
         except ValidationError as error:
             problems.append(LineProblem(str(path), number, index, _describe(error), task_id))
+            if task_id is not None:
+                definitions.setdefault(task_id, []).append((number, index, None))
             continue
-        if task.task_id in tasks:
-            problems.append(
-                LineProblem(
-                    str(path),
-                    number,
-                    index,
-                    f"duplicate task_id {task.task_id!r}; the first is kept",
+        definitions.setdefault(task.task_id, []).append((number, index, task))
+        tasks.setdefault(task.task_id, task)
+    by_line = {problem.line_number: problem for problem in problems}
+    for task_id, lines in definitions.items():
+        if len(lines) > 1:
+            found, keep = duplicate_problems(str(path), task_id, lines)
+            if not keep:
+                tasks.pop(task_id, None)
+            for problem in found:  # an invalid line that is also a duplicate: both reasons
+                also = by_line.get(problem.line_number)
+                message = problem.message + (
+                    f"; this line is also invalid: {also.message}" if also else ""
                 )
+                by_line[problem.line_number] = replace(problem, message=message)
+    return tasks, [by_line[number] for number in sorted(by_line)]
+
+
+def duplicate_problems(
+    where: str, task_id: str, lines: list[tuple[int, int, Task | None]]
+) -> tuple[list[LineProblem], bool]:
+    """The problems of a ``task_id`` defined on several lines, and whether to keep it.
+
+    Args:
+        where: The file (or request field) the lines are in.
+        task_id: The id.
+        lines: ``(line_number, index, task or None if the line was invalid)`` of each
+            definition, in file order.
+
+    Returns:
+        ``(problems, keep)``. ``keep`` is true when every definition is valid and they
+        are all equal: the first is used and each later line is a warning. Otherwise
+        ``keep`` is false and every line is a problem carrying ``task_id`` (callers mask
+        the rollouts of that id with it): which definition a rollout was meant for
+        cannot be known, so none is used.
+    """
+    numbers = [number for number, _, _ in lines]
+    listed = ", ".join(str(n) for n in numbers[:-1]) + f" and {numbers[-1]}"
+    first = lines[0][2]
+    if first is not None and all(task == first for _, _, task in lines):
+        return [
+            LineProblem(
+                where,
+                number,
+                index,
+                f"duplicate task_id {task_id!r}: this line repeats line {numbers[0]} exactly, "
+                "so the repeat is ignored",
             )
-            continue
-        tasks[task.task_id] = task
-    return tasks, problems
+            for number, index, _ in lines[1:]
+        ], True
+    message = (
+        f"duplicate task_id {task_id!r}: defined on lines {listed} with different contents, "
+        "so a rollout for it cannot be paired with its tests: every definition is left out and "
+        "its rollouts are invalid; give each task its own task_id, or delete the "
+        "definitions you did not mean"
+    )
+    return [LineProblem(where, number, index, message, task_id) for number, index, _ in lines], (
+        False
+    )
 
 
 def load_rollouts(

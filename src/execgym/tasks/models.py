@@ -352,6 +352,21 @@ class Task(BaseModel):
         """
         return _merge(self.task_id, base, self.compile_limits)
 
+    def run_limits(self, limits: Limits) -> Limits:
+        """The limits of each sandbox run of a rollout's program, from the task's limits.
+
+        ``stdio``: one run per case, each under :meth:`case_limits`; ``function_call``
+        with ``case_time_limit_s``: one run for all the calls, whose time is that limit
+        per call plus 2 s (as :class:`~execgym.judges.function_call.FunctionCallJudge`
+        sets it); otherwise ``limits`` unchanged.
+        """
+        if self.kind == "stdio":
+            return self.case_limits(limits)
+        if self.kind == "function_call" and self.case_time_limit_s is not None:
+            total = self.case_time_limit_s * len(self.test_cases) + 2.0
+            return limits.merged(wall_time_s=total, cpu_time_s=total)
+        return limits
+
     def case_limits(self, limits: Limits) -> Limits:
         """``limits`` with the per-case wall time (and CPU time), if the task sets one."""
         if self.case_time_limit_s is None:
