@@ -111,3 +111,31 @@ def test_the_rollout_stream_reads_lazily_and_counts_without_parsing(tmp_path: Pa
     first = next(iterator)
     assert first.index == 0
     assert [item.index for item in iterator] == [1, 2, 3, 4, 5]
+
+
+def test_names_kept_beside_their_sources_for_a_fast_start_are_equal() -> None:
+    # The command line names these itself, so that it starts without importing them.
+    from execgym import cli
+    from execgym._score_cli import OUTPUT_TAIL
+    from execgym.scoring import TAIL_BYTES
+    from execgym.tasks.datasets import DATASETS
+
+    assert tuple(DATASETS) == cli.DATASETS
+    assert OUTPUT_TAIL == TAIL_BYTES
+    from execgym.broker import EMBEDDED
+
+    assert cli.EMBEDDED == EMBEDDED
+
+
+def test_the_command_line_imports_no_judge_data_set_or_broker_to_start() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, execgym.cli\n"
+        "heavy = ('execgym.scoring', 'execgym.tasks.models', 'execgym.broker',"
+        " 'execgym.metrics', 'pydantic', 'execgym.storage', 'execgym.episodes')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -17,9 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from execgym.scoring import ScoredRollout
+if TYPE_CHECKING:
+    from execgym.scoring import ScoredRollout
 
 _LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 r"""Characters other than ``\n`` and ``\r`` that ``str.splitlines()`` splits on and

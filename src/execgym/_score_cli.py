@@ -24,14 +24,16 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from execgym.errors import DamagedInput, Error
-from execgym.scoring import TAIL_BYTES, ScoredRollout
-from execgym.summary import Tally
-from execgym.tasks.loaders import LineProblem, RolloutLine, _lines, load_rollouts
-from execgym.tasks.models import Task
+
+if TYPE_CHECKING:  # imported when used: the command line starts before they are needed
+    from execgym.scoring import ScoredRollout
+    from execgym.tasks.loaders import LineProblem, RolloutLine
+    from execgym.tasks.models import Task
 
 SHOWN_LIMITS = ("memory_bytes", "cpu_time_s", "max_processes")
 """The limits whose enforcement depends on the host (cgroups or rlimits), in the summary."""
@@ -44,6 +46,8 @@ def count_lines(path: str) -> int:
     only; a ``.gz`` file is read streaming, up to any damage), so the total matches
     the indexes.
     """
+    from execgym.tasks.loaders import _lines
+
     try:
         with open(path, "rb") as handle:
             return sum(1 for raw in _lines(Path(path), handle) if raw.strip())
@@ -77,6 +81,8 @@ class RolloutStream:
             click.echo(f"warning: {error}; scoring the lines read before it", err=True)
 
     def _read(self) -> Iterator[RolloutLine | LineProblem]:
+        from execgym.tasks.loaders import LineProblem, load_rollouts
+
         for item in load_rollouts(self.path, warn=_warn_repaired):
             if isinstance(item, LineProblem):
                 click.echo(f"warning: bad rollout line (scored as invalid): {item}", err=True)
@@ -98,6 +104,8 @@ class RolloutStream:
         repeated_hashes = {a for a, b in itertools.pairwise(hashes) if a == b}
         if not repeated_hashes:
             return
+        from execgym.tasks.loaders import RolloutLine
+
         seen: set[str] = set()
         repeated: dict[str, None] = {}
         for item in _readable(self.path):  # again, for the ids' names (rare)
@@ -123,6 +131,8 @@ def _warn_repaired(problem: LineProblem) -> None:
 
 def _readable(path: str) -> Iterator[RolloutLine | LineProblem]:
     """The rollouts of ``path`` up to any damage, quietly (they were warned about)."""
+    from execgym.tasks.loaders import load_rollouts
+
     try:
         yield from load_rollouts(path, warn=lambda problem: None)
     except DamagedInput:
@@ -159,13 +169,15 @@ class Outcome:
         enforcement: ``{limit: Counter(how it was enforced)}`` over the batch's runs.
     """
 
-    tally: Tally = field(default_factory=Tally)
+    tally: Any = None  # a Tally, made once the batch starts (its import is not light)
     enforcement: dict[str, Counter[str]] = field(
         default_factory=lambda: {name: Counter() for name in SHOWN_LIMITS}
     )
 
     def add(self, result: ScoredRollout) -> None:
         """Count one result."""
+        if self.tally is None:
+            self.tally = _tally()
         self.tally.add(result)
         run = result.judgement.run if result.judgement else None
         if run is not None:
@@ -183,7 +195,13 @@ class Outcome:
         return "limits enforced by " + "; ".join(parts) if parts else ""
 
 
-Write = Callable[[ScoredRollout], None]
+def _tally() -> Any:
+    from execgym.summary import Tally
+
+    return Tally()
+
+
+Write = Callable[["ScoredRollout"], None]
 """Hands one result to the results file (and the summary)."""
 
 
@@ -226,6 +244,7 @@ def run_batch(
         for signum in (signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(signum, stop, signum)
         run, total = await prepare()
+        outcome.tally = _tally()
         state["total"] = total
         try:
             sink = ResultsFile(output)
@@ -304,8 +323,28 @@ async def _write_all(
         await run(write)
 
 
-OUTPUT_TAIL = TAIL_BYTES
-"""Bytes of each result's stdout and stderr kept after it is judged (all the file shows)."""
+OUTPUT_TAIL = 2000
+"""Bytes of each result's stdout and stderr kept after it is judged: all the results file
+shows (:data:`execgym.scoring.TAIL_BYTES`; a test keeps them equal)."""
+
+
+async def start_sandbox(sandbox: object) -> None:
+    """Start a sandbox that keeps processes between runs (the warm pool's zygote).
+
+    Raises:
+        SandboxSetupFailed: if it cannot start, as the self-test would have found.
+    """
+    from execgym.errors import SandboxSetupFailed
+
+    start = getattr(sandbox, "start", None)
+    if start is not None:
+        try:
+            await start()
+        except SandboxSetupFailed as error:
+            name = getattr(sandbox, "name", "the")
+            raise SandboxSetupFailed(
+                f"the {name} sandbox failed its self-test: it could not start ({error})"
+            ) from error
 
 
 async def close_sandbox(sandbox: object) -> None:

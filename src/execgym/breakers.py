@@ -50,15 +50,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from execgym.errors import ConfigError
-from execgym.judges.base import Judgement
 from execgym.masking import counts_toward_breaker
-from execgym.tasks.models import Task
+
+if TYPE_CHECKING:  # not imported at run time: ``execgym score`` parses --breakers early
+    from execgym.judges.base import Judgement
+    from execgym.tasks.models import Task
 
 log = logging.getLogger(__name__)
 
-TaskTypeKey = Callable[[Task], str]
+TaskTypeKey = Callable[["Task"], str]
 """A function naming the type of a task: one breaker (and one metrics label) per type."""
 
 

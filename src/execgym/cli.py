@@ -8,7 +8,7 @@ when stopped by SIGINT (130), SIGHUP (129) or SIGTERM (143).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import errno
 import ipaddress
 import math
@@ -24,11 +24,18 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from execgym import logs
-from execgym._score_cli import OUTPUT_TAIL, Outcome, RolloutStream, Write, close_sandbox, run_batch
+from execgym._score_cli import (
+    OUTPUT_TAIL,
+    Outcome,
+    RolloutStream,
+    Write,
+    close_sandbox,
+    run_batch,
+    start_sandbox,
+)
 from execgym._version import __version__
 from execgym.breakers import DEFAULT_SPEC, Breakers, from_spec
 from execgym.errors import DamagedInput, Error, TaskError
-from execgym.judges.compile import Builder
 from execgym.limits import (
     DEFAULT_LIMITS,
     MAX_BYTES,
@@ -38,15 +45,30 @@ from execgym.limits import (
     parse_size,
 )
 from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
-from execgym.scoring import Scorer
-from execgym.tasks.datasets import DATASETS as _DATASET_REGISTRY
-from execgym.tasks.loaders import LineProblem, RolloutLine
 
 if TYPE_CHECKING:
     from execgym.metrics import Metrics
+    from execgym.scoring import Scorer
     from execgym.tasks import Task
+    from execgym.tasks.loaders import LineProblem, RolloutLine
 
-DATASETS = tuple(_DATASET_REGISTRY)
+DATASETS = (
+    "humaneval",
+    "humanevalplus",
+    "mbpp",
+    "mbppplus",
+    "humaneval-x-python",
+    "humaneval-x-cpp",
+    "humaneval-x-java",
+    "humaneval-x-js",
+    "humaneval-x-go",
+    "humaneval-x-rust",
+    "leetcodedataset",
+    "bigcodebench-hard",
+    "bigcodebench-hard-instruct",
+)
+"""The built-in data sets (:data:`execgym.tasks.datasets.DATASETS`; a test keeps them
+equal), named here so that ``execgym --help`` and ``score`` start without loading them."""
 
 EMBEDDED = ("embedded", "memory")
 """Broker URLs that mean the in-process broker (as :data:`execgym.broker.EMBEDDED`)."""
@@ -112,7 +134,7 @@ def _load_inputs(
     A rollouts file is a lazy :class:`RolloutStream`; the usage errors are those of
     :func:`_check_inputs`.
     """
-    from execgym.tasks import Rollout, canonical_rollouts, load_tasks
+    from execgym.tasks import Rollout, RolloutLine, canonical_rollouts, load_tasks
     from execgym.tasks.datasets import load_builtin
 
     tasks_path, rollouts_path = _check_inputs(tasks_path, rollouts_path, dataset, solutions)
@@ -465,10 +487,6 @@ def score(
         )
         isolation_line = f"isolation: the workers' (see each result); broker: {broker_url}"
     else:
-        try:
-            sandbox = _sandbox(isolation, warm_pool, allow_root)
-        except Error as error:
-            raise click.ClickException(str(error)) from error
         cpus = os.cpu_count() or 1
         if workers and workers > cpus:
             click.echo(
@@ -476,11 +494,21 @@ def score(
                 "fire for programs that are only waiting for a CPU",
                 err=True,
             )
-        builder = Builder(compile_cache, use_cache=not no_compile_cache)
-        scorer_options = {"builder": builder, "reward": reward, "breakers": breakers}
+        scorer_options = {
+            "compile_cache": compile_cache,
+            "use_cache": not no_compile_cache,
+            "reward": reward,
+            "breakers": breakers,
+        }
         inputs = (tasks_path, rollouts_path, dataset, solutions)
         outcome, stream = _score_local(
-            sandbox, inputs, limits, scorer_options, workers, order, output, started
+            lambda: _sandbox(isolation, warm_pool, allow_root),
+            inputs,
+            limits,
+            scorer_options,
+            workers,
+            order,
+            output,
         )
         isolation_line = f"isolation: {isolation}; results: {output}"
     if isinstance(stream, RolloutStream):
@@ -514,32 +542,53 @@ def _exit_if_damaged(damaged: DamagedInput | None) -> None:
 
 
 def _score_local(
-    sandbox: Sandbox,
+    make_sandbox: Callable[[], Sandbox],
     inputs: tuple[str | None, str | None, str | None, str | None],
     limits: Limits,
     scorer_options: dict[str, Any],
     workers: int | None,
     order: str,
     output: str,
-    started: float,
 ) -> tuple[Outcome, object]:
-    """Score on this host: one warm pool, started while the input is read."""
+    """Score on this host: one warm pool, started while the input is read.
+
+    Start-up runs side by side: the sandbox is made on one thread (finding the
+    toolchains waits on their probes), the tasks are parsed (and the judges imported)
+    on another, and the warm pool's zygote boots in its own process meanwhile; the
+    self-test then runs on that same pool, which serves the batch.
+    """
     stream: list[object] = []
 
     async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
-        # The self-test starts the sandbox (the warm pool's zygote boots in its own
-        # process) while the tasks are parsed on a thread: one pool serves both.
-        probe = asyncio.create_task(Scorer({}, sandbox, limits).self_test())
+        made: concurrent.futures.Future[Sandbox] = concurrent.futures.Future()
+
+        def make() -> Sandbox:
+            try:
+                made.set_result(make_sandbox())
+            except BaseException as error:
+                made.set_exception(error)
+                raise
+            return made.result()
+
+        making = asyncio.ensure_future(asyncio.to_thread(make))
+        loading = asyncio.ensure_future(
+            asyncio.to_thread(_load_for_scoring, inputs, made, limits, scorer_options)
+        )
+        sandbox: Sandbox | None = None
         try:
-            tasks, items, skipped = await asyncio.to_thread(_load_inputs, *inputs)
+            sandbox = await making
+            starting = asyncio.ensure_future(start_sandbox(sandbox))
+            try:
+                scorer, items = await loading
+            finally:
+                await starting  # its failure says more than a loading error
             stream.append(items)
-            await probe
-            scorer = Scorer(tasks, sandbox, limits, skipped_tasks=skipped, **scorer_options)
+            await scorer.self_test()
         except BaseException:
-            probe.cancel()
-            with contextlib.suppress(BaseException):
-                await probe
-            await close_sandbox(sandbox)
+            for pending in (making, loading):
+                pending.cancel()
+            if sandbox is not None:
+                await close_sandbox(sandbox)
             raise
         total = items.total if isinstance(items, RolloutStream) else len(items)
 
@@ -560,6 +609,30 @@ def _score_local(
 
     outcome = run_batch(prepare, output)
     return outcome, stream[0] if stream else None
+
+
+def _load_for_scoring(
+    inputs: tuple[str | None, str | None, str | None, str | None],
+    sandbox: concurrent.futures.Future[Sandbox],
+    limits: Limits,
+    scorer_options: dict[str, Any],
+) -> tuple[Scorer, list[RolloutLine | LineProblem] | RolloutStream]:
+    """The scorer and the rollouts, made off the event loop's thread.
+
+    Run beside the sandbox's start: it imports the judges, parses the tasks and builds
+    the judges' harnesses (registered before the first run, so the warm pool preloads
+    them) while the zygote boots.
+    """
+    from execgym.judges.compile import Builder
+    from execgym.scoring import Scorer
+
+    tasks, items, skipped = _load_inputs(*inputs)
+    options = dict(scorer_options)
+    builder = Builder(options.pop("compile_cache"), use_cache=options.pop("use_cache"))
+    scorer = Scorer(  # the sandbox is made on another thread, at the same time
+        tasks, sandbox.result(), limits, skipped_tasks=skipped, builder=builder, **options
+    )
+    return scorer, items
 
 
 def _score_remote(

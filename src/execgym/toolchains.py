@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,8 +172,10 @@ def python_libraries() -> tuple[str, str] | None:
 def toolchain_paths() -> tuple[str, ...]:
     """Host directories outside ``/usr`` that every present toolchain needs."""
     paths: set[str] = set()
-    for language in _FINDERS:
-        toolchain = find_toolchain(language)
+    # Side by side: the probes (rustc --print sysroot, go env GOROOT) wait on programs.
+    with ThreadPoolExecutor(len(_FINDERS)) as pool:
+        found = list(pool.map(find_toolchain, _FINDERS))
+    for toolchain in found:
         if toolchain is not None:
             paths.update(toolchain.host_paths)
     prefix = os.path.realpath(sys.base_prefix)
