@@ -182,3 +182,10 @@ def test_case_insensitive_folds_ascii_letters_only(
     expected: str, actual: str, matched: bool
 ) -> None:
     assert compare_output(expected, actual, CASELESS).matched is matched
+
+
+def test_function_call_integers_are_exact_under_a_tolerance() -> None:
+    from execgym.judges.compare import values_match
+
+    assert not values_match(10**18, 10**18 - 1, FLOAT)
+    assert values_match([10**18, 0.5], [10**18, 0.5000001], FLOAT)
