@@ -59,6 +59,30 @@ async def test_sandbox_error_is_retried_once_then_masked() -> None:
     assert len(box.calls) == 2
 
 
+async def test_a_deterministic_harness_refusal_is_masked_once_not_retried(
+    bwrap_sandbox: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real harness refuses a test that passes a function across the plain-data
+    boundary (``UnsupportedArgument``): a retry would refuse again, word for word, so it
+    is masked at once and logged once (it was run and logged twice)."""
+    task = Task(
+        task_id="t/callback",
+        prompt="def f(g):\n",
+        tests="def check(candidate):\n    assert candidate(lambda x: x) == 1\n",
+        entry_point="f",
+    )
+    scorer = Scorer({task.task_id: task}, bwrap_sandbox)  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="execgym.scoring"):
+        result = await scorer.score_one(line(0, task.task_id))
+    assert result.verdict is Verdict.SANDBOX_ERROR
+    assert result.reward is None
+    assert "UnsupportedArgument" in result.message
+    assert result.attempts == 1
+    warnings = [r for r in caplog.records if "sandbox_error" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "not retried" in warnings[0].getMessage()
+
+
 async def test_sandbox_error_then_success_counts() -> None:
     outcomes = iter([fake_result(Status.SANDBOX_ERROR)])
     box = FakeSandbox(lambda call: next(outcomes, None) or passing(call))

@@ -300,12 +300,18 @@ async def _write_all(
     current: asyncio.Task[None] | None,
 ) -> None:
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     from execgym._results_file import ResultsFile
 
     assert isinstance(sink, ResultsFile)
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
-    with tqdm(total=total, unit="rollout", file=sys.stderr, disable=None) as bar:
+    # Log records go through tqdm.write while the bar shows: each on a line of its own,
+    # the bar redrawn below it (a record written straight to stderr broke the bar).
+    with (
+        logging_redirect_tqdm(tqdm_class=tqdm),
+        tqdm(total=total, unit="rollout", file=sys.stderr, disable=None) as bar,
+    ):
 
         def write(result: ScoredRollout) -> None:
             if write_failed:

@@ -46,6 +46,11 @@ TAIL_BYTES = 2000
 SANDBOX_ATTEMPTS = 2
 """A ``sandbox_error`` is retried once; if it fails again, the reward is masked."""
 
+DETERMINISTIC_REFUSALS = frozenset({"UnsupportedArgument"})
+"""Harness refusals (``ErrorDetail.type``) a retry would repeat word for word: the task's
+tests pass what the harness cannot carry across its plain-data boundary. They stay
+``sandbox_error`` (our limit, masked) but are not retried, nor logged twice."""
+
 
 @dataclass(frozen=True, slots=True)
 class ScoredRollout:
@@ -372,9 +377,18 @@ class Scorer:
                 judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"internal error: {error!r}")
             if judgement.verdict is not Verdict.SANDBOX_ERROR:
                 break
-            log.warning(
-                "sandbox_error task_id=%s attempt=%d: %s", task.task_id, attempt, judgement.message
+            deterministic = judgement.error is not None and (
+                judgement.error.type in DETERMINISTIC_REFUSALS
             )
+            log.warning(
+                "sandbox_error task_id=%s attempt=%d%s: %s",
+                task.task_id,
+                attempt,
+                " (deterministic: not retried)" if deterministic else "",
+                judgement.message,
+            )
+            if deterministic:
+                break
         assert judgement is not None  # the loop runs at least once
         reward = binary_reward(judgement.verdict)
         breakdown = None
