@@ -413,6 +413,16 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     default=None,
     help="The batch log's id with --store [default: score-<UTC time>].",
 )
+@click.option(
+    "--state",
+    "state",
+    type=click.Choice(["fresh", "shared"]),
+    default=None,
+    help="Python assert and function_call tasks: 'fresh' gives every call of the tests the "
+    "solution's module as freshly imported (no state carries from case to case); 'shared' "
+    "serves them all from one process. Overrides each task's `state` [default: the task's, "
+    "fresh].",
+)
 @_breakers_option
 def score(
     tasks_path: str | None,
@@ -435,6 +445,7 @@ def score(
     no_compile_cache: bool,
     store_url: str | None,
     batch_id: str | None,
+    state: str | None,
     breakers: Breakers | None,
 ) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
@@ -483,7 +494,7 @@ def score(
     started = time.monotonic()
     if broker is not None:
         outcome, stream = _score_remote(
-            broker, tasks_path, rollouts_path, dataset, solutions, limits, order, output
+            broker, tasks_path, rollouts_path, dataset, solutions, limits, order, output, state
         )
         isolation_line = f"isolation: the workers' (see each result); broker: {broker_url}"
     else:
@@ -499,6 +510,7 @@ def score(
             "use_cache": not no_compile_cache,
             "reward": reward,
             "breakers": breakers,
+            "state": state,
         }
         inputs = (tasks_path, rollouts_path, dataset, solutions)
         outcome, stream = _score_local(
@@ -644,6 +656,7 @@ def _score_remote(
     limits: Limits,
     order: str,
     output: str,
+    state: str | None = None,
 ) -> tuple[Outcome, object]:
     """Score through a broker, consumed by ``execgym worker`` nodes."""
     from execgym.broker import RemoteBatch
@@ -652,6 +665,8 @@ def _score_remote(
         tasks, loaded, skipped = _load_inputs(tasks_path, rollouts_path, dataset, solutions)
     except Error as error:
         raise click.ClickException(str(error)) from error
+    if state is not None:  # the workers judge the tasks as sent
+        tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
     items = list(loaded)
 
     async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:

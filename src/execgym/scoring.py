@@ -197,6 +197,9 @@ class Scorer:
         breakers: Circuit breakers per task type: a rollout of a quarantined type is
             ``quarantined`` at once, without a sandbox; each outcome is recorded.
         metrics: Where to count each finished rollout (by verdict and task type).
+        state: ``fresh`` or ``shared``: overrides every task's ``state`` (Python assert
+            and function-call tasks: whether each call of the tests sees the solution's
+            module as freshly imported); ``None`` keeps each task's.
 
     Raises:
         ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
@@ -213,7 +216,10 @@ class Scorer:
         *,
         breakers: Breakers | None = None,
         metrics: Metrics | None = None,
+        state: str | None = None,
     ) -> None:
+        if state is not None:  # every task's `state`, overridden (the CLI's --state)
+            tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
         self.tasks = tasks
         self.breakers = breakers
         self.metrics = metrics

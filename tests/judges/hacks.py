@@ -82,8 +82,10 @@ PATCH_PYTEST_REPORTS = (
 EARLY_EXITS = {
     "os-exit-at-load": "import os\nos._exit(0)\ndef add(a, b):\n    return 0\n",
     "sys-exit-at-load": "import sys\nsys.exit(0)\ndef add(a, b):\n    return 0\n",
+    # The second call ends it: counted in one process, by its input (-1) where each call
+    # sees the module freshly imported (state "fresh").
     "os-exit-mid-run": "import os\n_n = []\ndef add(a, b):\n    _n.append(1)\n"
-    "    if len(_n) == 2:\n        os._exit(0)\n    return a + b\n",
+    "    if len(_n) == 2 or a == -1:\n        os._exit(0)\n    return a + b\n",
     "system-exit-in-a-call": "def add(a, b):\n    if a < 0:\n        raise SystemExit(0)\n"
     "    return a + b\n",
     "keyboard-interrupt": "def add(a, b):\n    raise KeyboardInterrupt\n",

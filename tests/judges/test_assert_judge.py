@@ -147,14 +147,15 @@ def test_job_encoding_counts_bytes_not_characters() -> None:
     second = job[10 + int(job[:10]) :]
     header, _, body = second[10:].partition(b"\n")
     assert int(second[:10]) == len(second) - 10
-    nonce, mode, context, tests, code, magic = header.split()
+    nonce, mode, context, tests, code, magic, state = header.split()
+    assert state == b"fresh"
     assert nonce == b"n" * 32
     assert (mode, context, tests, magic) == (b"check", b"7", b"19", _MAGIC.encode())
     text, compiled = body[:26], body[26:]
     assert text.decode() == "ü = 2\ndef check(c): pass\n"
     assert compiled == compiled_tests("ü = 2\n\n\ndef check(c): pass\n\n")
     assert int(code) == len(compiled) > 0
-    loaded: dict[str, object] = {}
+    loaded: dict[str, object] = {"__execgym_asserted__": lambda: True}
     exec(marshal.loads(compiled), loaded)
     assert loaded["ü"] == 2
     assert callable(loaded["check"])
@@ -167,7 +168,7 @@ def test_compiled_tests_keep_their_asserts_under_python_minus_o() -> None:
         "import marshal, sys\n"
         "from execgym.judges.assert_tests import compiled_tests\n"
         "assert sys.flags.optimize == 1\n"
-        "namespace = {}\n"
+        "namespace = {'__execgym_asserted__': lambda: True}\n"
         "code = compiled_tests('def check(c):\\n    assert c(1) == 2\\n')\n"
         "exec(marshal.loads(code), namespace)\n"
         "try:\n"

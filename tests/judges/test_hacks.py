@@ -59,7 +59,7 @@ ALWAYS_EQUAL = (
 
 
 async def score(sandbox, completion: str, task: Task = ADD, limits: Limits = FAST):
-    scorer = Scorer(TASKS, sandbox, limits)
+    scorer = Scorer({**TASKS, task.task_id: task}, sandbox, limits)
     return await scorer.score_one(
         RolloutLine(0, Rollout(task_id=task.task_id, completion=completion))
     )
@@ -119,10 +119,15 @@ async def test_killing_the_harness_process(hack_sandbox) -> None:
 async def test_stopping_the_harness_process_is_a_timeout_or_nothing(hack_sandbox) -> None:
     """Under a fresh sandbox's init the harness is PID 2 and stops: a timeout. In the
     warm pool it is PID 1 of the run, which ignores signals from inside the namespace:
-    the answer 5 is simply wrong."""
+    the answer 5 is simply wrong. (With state ``fresh`` the call's parent is the
+    solution's own loaded process, which it stops: a timeout on every tier.)"""
     completion = "    import os, signal\n    os.kill(os.getppid(), signal.SIGSTOP)\n    return 5\n"
     limits = Limits(wall_time_s=1, cpu_time_s=1, memory_bytes=256 * MiB)
     result = await score(hack_sandbox, completion, limits=limits)
+    assert_zero(result)
+    assert result.verdict is Verdict.TIMEOUT, result.message
+    shared = ADD.model_copy(update={"state": "shared"})
+    result = await score(hack_sandbox, completion, shared, limits=limits)
     assert_zero(result)
     pid_1 = isinstance(hack_sandbox, WarmPoolSandbox)
     assert result.verdict is (Verdict.FAILED if pid_1 else Verdict.TIMEOUT), result.message
@@ -179,8 +184,8 @@ async def test_always_equal_object_inside_a_list(hack_sandbox) -> None:
 async def test_infinite_generator_does_not_hang_the_comparator(hack_sandbox) -> None:
     result = await score(hack_sandbox, "    import itertools\n    return itertools.count()\n")
     assert_zero(result)
-    assert result.verdict is Verdict.ERROR
-    assert "not plain data" in result.message
+    # An opaque object on the tests' side (compared by identity): not the expected 5.
+    assert result.verdict is Verdict.FAILED, result.message
     run = result.judgement.run if result.judgement else None
     assert run is not None
     assert run.wall_time_s < 2

@@ -106,7 +106,8 @@ def main():
     candidate = Solution(program.decode("utf-8", "replace"), entry_point, codec, frames)
     del program
     header, _, rest = part().partition(b"\n")
-    nonce, mode, context_size, tests_size, code_size, magic = header.split(b" ")
+    nonce, mode, context_size, tests_size, code_size, magic, state = header.split(b" ")
+    fresh_state = state == b"fresh"
     context_size, tests_size, code_size = int(context_size), int(tests_size), int(code_size)
     context = rest[:context_size].decode("utf-8", "replace")
     tests = rest[context_size : context_size + tests_size].decode("utf-8", "replace")
@@ -128,6 +129,8 @@ def main():
         except (ValueError, EOFError, TypeError):
             code = None
     del compiled
+    # The host's code counts the asserts it runs when they are the only way to fail.
+    counted = code is not None and "__execgym_asserted__" in code.co_names
     if code is None:
         try:
             code = compile(source, "tests.py", "exec")
@@ -135,6 +138,13 @@ def main():
             fields = [("type", type(error).__name__), ("message", str(error)[:2000])]
             report("task_error", fields)
     cases = [0, 0]
+    asserted = [0]
+
+    def count_assert():
+        asserted[0] += 1
+        return True
+
+    wanted = global_names(code) - set(BUILTINS)
 
     def run_case(thunk):
         cases[1] += 1
@@ -151,29 +161,45 @@ def main():
     def run_tests(solution):
         """Run check() against ``solution``; the verdict and its fields."""
         namespace = {"__name__": "tests", "__builtins__": __builtins__}
+        namespace["__execgym_asserted__"] = count_assert
         if mode == "cases":
             namespace["__execgym_case__"] = run_case
         first_failure[0] = None
         cases[0] = cases[1] = 0
+        asserted[0] = 0
         try:
-            solution.load()
+            found = solution.load(False, fresh_state, namespace, sorted(wanted))
+            bind_names(solution, namespace, found)
             try:
                 exec(code, namespace)  # the task's own code: its errors are the task's
             except Exception as error:
+                if solution.problem is not None or hasattr(error, "execgym_solution"):
+                    raise  # the solution's, raised through the names it gave the tests
                 trace = format_traceback(error, sources)
                 fields = [("type", type(error).__name__), ("message", str(error)[:2000])]
                 report("task_error", [*fields, ("traceback", trace)])
-            if not callable(namespace.get("check")):
+            check = namespace.get("check")
+            if not callable(check):
                 report("task_error", [("type", "NoCheck"), ("message", "no check() in tests")])
             proxy = _proxy(solution)
-            namespace[entry_point] = proxy
-            namespace["check"](proxy)
+            namespace[entry_point] = proxy  # check itself is kept: a solution may be `check`
+            check(proxy)
             if first_failure[0] is not None:
                 raise first_failure[0]
             if solution.problem is not None:  # the tests swallowed it: still not a pass
                 raise SolutionAborted(solution.problem[2])
         except BaseException as error:
             return outcome(solution, error)
+        if solution.calls == 0:
+            return "task_error", [
+                ("type", "NoCall"),
+                ("message", "check() never called the solution: it would pass any solution"),
+            ]
+        if counted and asserted[0] == 0:
+            return "task_error", [
+                ("type", "NoAssertion"),
+                ("message", "check() ran no assert statement: it would pass any solution"),
+            ]
         return "passed", []
 
     def outcome(solution, error):
@@ -214,6 +240,7 @@ def main():
         candidate.stop()
     fields += more
     fields += [
+        ("state", "fresh" if fresh_state else "shared"),
         ("calls", candidate.calls),
         ("cpu_s", candidate.cpu_s),
         ("maxrss_kb", candidate.maxrss_kb),
@@ -243,7 +270,37 @@ def _proxy(solution):
         return solution(*args, **kwargs)
 
     candidate.__name__ = candidate.__qualname__ = solution.entry_point
+    candidate.__execgym_recipe__ = ("target",)  # passed as an argument: the solution's own
     return candidate
+
+
+def global_names(code):
+    """Every name the code (and the code it defines) reads or writes as a global."""
+    names, codes = set(), [code] if code is not None else []
+    while codes:
+        found = codes.pop()
+        names.update(found.co_names)
+        codes.extend(c for c in found.co_consts if type(c) is type(found))
+    return names
+
+
+def bind_names(solution, namespace, found):
+    """Give the tests the solution module's names they use (before the tests run).
+
+    Functions, classes and other objects become :class:`Remote` names; plain data is
+    copied; a standard-library module is imported here (never a file of the rollout).
+    Builtins are never among them, and the tests' own definitions replace them.
+    """
+    for name, (kind, value) in found.items():
+        if kind == "value":
+            namespace[name] = value
+        elif kind.startswith("module:"):
+            module = kind[len("module:") :]
+            if is_standard_module(module):
+                __import__(module)
+                namespace[name] = sys.modules[module]
+        else:
+            namespace[name] = Remote(solution, ("name", name), kind)
 
 
 main()

@@ -11,20 +11,23 @@ Protocol:
    ``/dev/null``), which runs the program and finds ``fn_name`` (a top-level function;
    else a method of ``class Solution``, a fresh instance per case; ``"Class.method"``
    names one). Only then does the harness read part two, ``<nonce> <case time limit in
-   ms, 0 for none>\\n<cases>``, the cases being plain data (``[(args, kwargs), ...]``),
+   ms, 0 for none> <state>\\n<cases>``, the cases being plain data (``[(args, kwargs), ...]``),
    so the nonce and the cases never exist in the solution's memory.
-3. For each case it sends the arguments over the pipe and gets the result back as plain
-   data (:mod:`execgym.judges._plain_data`), decoded into fresh builtin objects. The
+3. With state ``fresh`` (the default), every case is served by a fork of the solution's
+   process taken after the import, so no state carries from one case to the next;
+   ``shared`` serves them all from one process. For each case it sends the arguments
+   over the pipe and gets the result back as plain data
+   (:mod:`execgym.judges._plain_data`), decoded into fresh builtin objects. The
    solution's process arms a ``SIGALRM`` timer per call; should it not answer within
    the limit plus 0.5 s anyway (it disarmed the timer, or is stuck in C code), the
    harness kills it, and that case and every later one are timeouts.
 4. It writes one report to fd 3: the nonce on a line, then a JSON object ``{"status":
-   "ok", "results": [...]}`` with per case ``{"value": <JSON>}``, ``{"error": type,
-   "message": ...}`` or ``{"timeout": true}``; ``{"status": "load_error" | "not_found",
-   "error", "message"}``; or ``{"status": "tampered", "hack", "message"}`` when the
-   solution answered with something that is not plain data in a way that looks like a
-   hack (an object whose ``__eq__`` always says yes, a ``str`` subclass) or forged an
-   answer on the pipe.
+   "ok", "state": "fresh" | "shared", "results": [...]}`` with per case ``{"value":
+   <JSON>}``, ``{"error": type, "message": ...}`` or ``{"timeout": true}``;
+   ``{"status": "load_error" | "not_found", "error", "message"}``; or ``{"status":
+   "tampered", "hack", "message"}`` when the solution answered with something that
+   is not plain data in a way that looks like a hack (an object whose ``__eq__``
+   always says yes, a ``str`` subclass) or forged an answer on the pipe.
 
 The JSON is written by the harness's own encoder from exact builtin types (``None``,
 ``bool``, ``int``, ``float``, ``str``, lists, tuples and dicts of them); the comparison
@@ -99,6 +102,10 @@ def run_cases(solution, cases, limit_s, encode, string):
     for args, kwargs in cases:
         try:
             value = solution.call(args, kwargs, limit_s)
+            if type(value) is Remote:  # an object that is not plain data, but no hack
+                why = "the solution returned a %s, which is not plain data (%s)"
+                results.append(failure("UnsupportedResult", why % (value._kind, PLAIN)))
+                continue
             results.append('{"value": ' + encode(value) + "}")
         except CaseTimeout:
             results.append('{"timeout": true}')
@@ -145,7 +152,7 @@ def main():
     solution = Solution(program.decode("utf-8", "replace"), fn_name, codec, frames)
     del program
     header, _, rest = read_part(frames[1]).partition(b"\n")
-    nonce, limit_ms = header.split(b" ")
+    nonce, limit_ms, state = header.split(b" ")
     cases = codec[1](rest)
     del rest, header
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -153,7 +160,7 @@ def main():
     if setup_error is not None:
         report('{"harness_error": %s}' % string(repr(setup_error)))
     try:
-        solution.load(fresh=True)
+        solution.load(fresh=True, fresh_state=state == b"fresh")
     except Tampered:
         status("tampered", solution.problem[4], solution.problem[2], field="hack")
     except SolutionAborted:
@@ -166,7 +173,8 @@ def main():
     results = run_cases(solution, cases, int(limit_ms) / 1000, encode, string)
     if results is None:
         status("tampered", solution.problem[4], solution.problem[2], field="hack")
-    report('{"status": "ok", "results": [' + ", ".join(results) + "]}")
+    state = '"fresh"' if state == b"fresh" else '"shared"'
+    report('{"status": "ok", "state": %s, "results": [%s]}' % (state, ", ".join(results)))
 
 
 main()

@@ -156,7 +156,14 @@ def forwarding(operation):
 
     def method(self, *args):
         __tracebackhide__ = True
-        return self._op(operation, *args)
+        if operation != "next":
+            return self._op(operation, *args)
+        try:
+            return self._op(operation, *args)
+        except SolutionError as error:  # the end of the rollout's iterator: only here
+            if getattr(error, "execgym_solution", ("",))[0] != "StopIteration":
+                raise
+            raise StopIteration from None
 
     method.__name__ = "__%s__" % operation
     return method

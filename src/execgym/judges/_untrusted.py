@@ -13,15 +13,16 @@ import os
 import sys
 
 
-def make_answerer(answers, sources):
+def make_answerer(answers, sources, codec=None, allowed=None):
     """The solution side's replies: ``answer(kind, *fields)``, ``raised(error)``, ``reply(value)``.
 
     ``reply`` sends a result as plain data, or a refusal saying why it is not (and
-    whether that looks like a hack); ``raised`` sends an exception's name, message,
+    whether that looks like a hack; ``allowed(part)`` tells the parts that cross by
+    value); ``raised`` sends an exception's name, message,
     traceback (frames of ``sources`` only) and whether it was fatal (not an
     ``Exception``). Output is flushed first, so it keeps its order with the answers.
     """
-    dumps, _ = make_codec()
+    dumps = (codec or make_codec())[0]
     send = make_frames(os.read, os.write)[0]
     system, flush_names, exception, text = sys, ("stdout", "stderr"), Exception, str
 
@@ -44,11 +45,14 @@ def make_answerer(answers, sources):
         fatal = not isinstance(error, exception)
         answer("raised", type(error).__name__, detail, format_traceback(error, sources), fatal)
 
-    def reply(result):
+    def reply(result, changes=None, handle_ok=False):
         try:
-            payload = dumps(("ok", result))
+            payload = dumps(("ok", result, changes))
         except Refused:
-            hack, why = describe_refusal(result)
+            hack, why = describe_refusal(offender(result, allowed))
+            if handle_ok and not hack and type(result) not in PLAIN_TYPES:  # an opaque object
+                answer("handle", type(result).__name__, truth(result), callable(result))
+                return
             answer("refused", hack, "the solution returned " + why)
             return
         except RecursionError:
@@ -57,12 +61,19 @@ def make_answerer(answers, sources):
         flush()
         send(answers, payload)
 
+    def truth(value):
+        try:
+            return bool(value)
+        except BaseException:
+            return True
+
     return answer, raised, reply, flush
 
 
-def requests(commands, flush):
+def requests(commands, flush, loads=None):
     """Each request the harness sends on ``commands``, decoded; at EOF, flush and leave."""
-    receive, loads, exit_now = make_frames(os.read, os.write)[2], make_codec()[1], os._exit
+    receive, exit_now = make_frames(os.read, os.write)[2], os._exit
+    loads = loads or make_codec()[1]
     while True:
         message = receive(commands)
         if message is None:
@@ -98,48 +109,302 @@ class CaseTimeout(BaseException):
     """One call ran past its time limit (raised by SIGALRM in the solution's process)."""
 
 
+class Pending:
+    """A value of the tests' side that only the solution's process can build (decoded)."""
+
+    __slots__ = ("payload", "tag")
+
+    def __init__(self, tag, payload):
+        self.tag, self.payload = tag, payload
+
+
+def name_kind(value):
+    """How a name of the solution's module crosses to the tests: its kind, its value."""
+    if isinstance(value, type):
+        return "class"
+    if type(value).__name__ == "module":
+        return "module:" + str(getattr(value, "__name__", ""))
+    if callable(value):
+        return "function"
+    return "value"
+
+
 def solution_process(program, entry_point, commands, answers):
     """The solution's side: load the program on request, then answer calls until EOF.
 
-    Requests: ``("load", fresh)`` runs the program and finds the entry point (see
-    :func:`find_target`); ``("call", args, kwargs, limit_s)`` calls it, under a
-    ``SIGALRM`` timer of ``limit_s`` seconds when that is not 0.
+    Requests (plain data, see :class:`Solution`):
+
+    - ``("load", fresh_instance, fresh_state, by_value, wanted)`` runs the program and
+      finds the entry point (:func:`find_target`); the answer names the kinds of the
+      module's names among ``wanted`` (``{name: (kind, value)}``). With
+      ``fresh_state``, every later request is served by a fork of this process taken
+      now, so each sees the module as freshly imported. ``by_value`` are the names of
+      the tests' classes whose objects cross by value.
+    - ``("call", job)`` calls the entry point, ``("eval", job)`` evaluates a recipe of
+      the tests' side (a name of the module, a call, an attribute, an operation); the
+      job is encoded separately (it may hold objects, functions of the tests and
+      recipes) as ``(log, what, args, kwargs, limit_s)``: ``log`` are the tests'
+      earlier changes to the solution's objects, replayed first where they were not
+      applied yet. Under a ``SIGALRM`` timer of ``limit_s`` seconds when that is not 0.
+      The answer carries the result and the new state of each argument the call
+      changed in place (copied back by the tests' side).
     """
-    base_exception = BaseException
-    answer, raised, reply, flush = make_answerer(answers, {"solution.py": program.splitlines()})
+    base_exception, exception = BaseException, Exception
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    get_target, timer = None, None
-    for request in requests(commands, flush):
-        if request[0] == "load":
-            try:
-                exec(compile(program, "solution.py", "exec"), namespace)
-                get_target = find_target(namespace, entry_point, request[1])
-            except base_exception as error:
-                raised(error)
+    by_value, memo = set(), {}
+    sources = {"solution.py": program.splitlines()}
+
+    def export(value):
+        kind = type(value)
+        attributes = getattr(value, "__dict__", None)
+        if kind.__name__ in by_value and type(attributes) is dict and as_plain_class(kind):
+            return ("O", kind.__name__, attributes)
+        raise Refused(kind)
+
+    def make_object(name):
+        found = namespace.get(name)
+        if not isinstance(found, type):
+            found = namespace["__execgym_record__"] = type(name, (), {})
+        return found.__new__(found)
+
+    results_codec = make_codec(export, None, None, MAX_DEPTH + 3)
+    jobs_codec = make_codec(None, Pending, make_object, ARGUMENT_DEPTH + 8)
+    def crosses(part):
+        return type(part).__name__ in by_value and as_plain_class(type(part))
+
+    answer, raised, reply, flush = make_answerer(answers, sources, results_codec, crosses)
+    state = {"get_target": None, "timer": None, "fresh": False}
+
+    def build(value):
+        """``value`` with every :class:`Pending` part built here (recipes evaluated)."""
+        kind = type(value)
+        if kind is Pending:
+            return evaluate(value.tag, value.payload)
+        if kind is list:
+            return [build(item) for item in value]
+        if kind is tuple:
+            return tuple(build(item) for item in value)
+        if kind is dict:
+            return {build(key): build(item) for key, item in value.items()}
+        if kind is set or kind is frozenset:
+            return kind(build(item) for item in value)
+        attributes = getattr(value, "__dict__", None)
+        if kind.__name__ in by_value and type(attributes) is dict:
+            for key, item in list(attributes.items()):
+                if type(item) is Pending or type(item) in (list, tuple, dict):
+                    attributes[key] = build(item)
+        return value
+
+    def evaluate(tag, payload):
+        if tag == "B":  # a builtin (a type the tests pass: int, str...)
+            return BUILTINS[payload]
+        if tag == "M":
+            import importlib
+
+            return importlib.import_module(payload)
+        if tag == "F":  # a function of the tests: their own code, run here
+            import marshal
+            import types
+
+            code, name, defaults, cells, names = payload
+            scope = {"__name__": "tests", "__builtins__": __builtins__}
+            scope.update(build(names))
+            closure = tuple(types.CellType(build(cell)) for cell in cells) or None
+            function = types.FunctionType(marshal.loads(code), scope, name, None, closure)
+            function.__defaults__ = build(defaults)
+            return function
+        if tag != "R":
+            raise Refused("unknown extension %r" % (tag,))
+        return recipe(payload)
+
+    def recipe(step):
+        what = step[0]
+        if what == "name":
+            if step[1] not in namespace:
+                raise NameError("name %r is not defined by the solution" % step[1])
+            return namespace[step[1]]
+        if what == "target":
+            return state["get_target"]()
+        if what == "get":  # targets are recipes; arguments are values (which may hold some)
+            return getattr(recipe(step[1]), step[2])
+        if what == "op":
+            return OPERATIONS[step[1]](recipe(step[2]), *build(step[3]))
+        if what == "call":
+            key = step[1]
+            if key in memo:
+                return memo[key]
+            result = recipe(step[2])(*build(step[3]), **build(step[4]))
+            memo[key] = result
+            return result
+        if what == "setattr":
+            if step[1] not in memo:
+                memo[step[1]] = None
+                setattr(recipe(step[2]), step[3], build(step[4]))
+            return None
+        raise Refused("unknown recipe %r" % (what,))
+
+    def replay(log):
+        for step in log:  # what the tests did to the solution's objects, in order
+            if step[1] in memo:
                 continue
-            if get_target is None:
-                answer("missing", entry_point)
-            else:
-                answer("loaded")
-            continue
-        _, args, kwargs, limit_s = request
-        if limit_s and timer is None:
-            timer = start_timer()
+            try:
+                recipe(step)
+            except exception:  # it raised when the tests did it, too
+                memo[step[1]] = None
+
+    def serve(kind, job):
+        """Do one call or evaluation and answer it."""
+        try:
+            log, what, args, kwargs, limit_s, names = jobs_codec[1](job)
+            by_value.update(names)
+            replay(log)
+            args, kwargs = build(args), build(kwargs)
+            target = state["get_target"]() if kind == "call" else None
+            before = snapshot(args, kwargs)
+        except Refused as error:
+            answer("refused", False, "the tests' arguments could not be rebuilt: %s" % error)
+            return
+        except base_exception as error:
+            raised(error)
+            return
+        if limit_s and state["timer"] is None:
+            state["timer"] = start_timer()
+        timer = state["timer"]
         try:
             try:
                 if limit_s:
                     timer(limit_s)
-                result = get_target()(*args, **kwargs)
+                result = target(*args, **kwargs) if target is not None else recipe(what)
             finally:
                 if limit_s:
                     timer(0)
         except CaseTimeout:
             answer("timeout")
-            continue
+            return
         except base_exception as error:
             raised(error)
+            return
+        reply(result, changed(before, args, kwargs), True)
+
+    def snapshot(args, kwargs):
+        """The encoded state of each argument a call could change in place."""
+        states = {}
+        for key, value in [*enumerate(args), *kwargs.items()]:
+            if type(value) in (int, float, str, bytes, bool, type(None), complex):
+                continue
+            try:
+                states[key] = results_codec[0](value)
+            except BaseException:
+                continue
+        return states
+
+    def changed(before, args, kwargs):
+        if not before:
+            return None
+        values = {**dict(enumerate(args)), **kwargs}
+        after = snapshot([], {k: values[k] for k in before})
+        return [[k, values[k]] for k in before if after.get(k) != before[k]] or None
+
+    receive = make_frames(os.read, os.write)[2]
+    for request in requests(commands, flush):
+        if request[0] == "load":
+            _, fresh_instance, fresh_state, names, wanted = request
+            by_value.update(names)
+            try:
+                exec(compile(program, "solution.py", "exec"), namespace)
+                state["get_target"] = find_target(namespace, entry_point, fresh_instance)
+                found = {}
+                for name in wanted:
+                    if name in namespace and not name.startswith("__execgym"):
+                        kind = name_kind(namespace[name])
+                        value = namespace[name] if kind == "value" else None
+                        try:
+                            results_codec[0](value)
+                        except BaseException:
+                            kind, value = "object", None
+                        found[name] = (kind, value)
+            except base_exception as error:
+                raised(error)
+                continue
+            state["fresh"] = fresh_state
+            if state["get_target"] is None and entry_point:
+                answer("missing", entry_point)
+            else:
+                answer("loaded", found)
             continue
-        reply(result)
+        kind, job = request
+        if not state["fresh"]:
+            serve(kind, job)
+            continue
+        flush()
+        serve_in_fork(lambda kind=kind, job=job: serve(kind, job), answers, receive, answer)
+
+
+def serve_in_fork(body, answers, receive, answer):
+    """Run ``body()`` in a fork (a fresh copy of the loaded module); relay its answer.
+
+    The fork writes one frame on its own pipe; it is passed on once the fork ended (it is
+    killed once it answered). A
+    fork that ends without a whole answer (a crash, ``os._exit``, a signal) is
+    answered ``("exited", how, signal)`` here.
+    """
+    send = make_frames(os.read, os.write)[0]
+    up_read, up_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(up_read)
+            os.dup2(up_write, answers)  # its answer goes to this process, not the harness
+            os.close(up_write)
+            parent_death_signal()
+            body()
+        finally:
+            os._exit(0)
+    os.close(up_write)
+    data = receive(up_read)
+    os.close(up_read)
+    if data is not None:  # answered: it has nothing more to do (a forged frame: neither)
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    if data is not None:
+        send(answers, data)
+        return
+    if os.WIFSIGNALED(status):
+        answer("exited", "killed by signal %d" % os.WTERMSIG(status), os.WTERMSIG(status))
+    else:
+        answer("exited", "exited with code %d" % os.WEXITSTATUS(status), 0)
+
+
+def parent_death_signal():
+    """In a fork of the solution: SIGKILL when its parent dies (the harness killed it)."""
+    found = sys.modules.get("ctypes")
+    if found is not None:
+        try:
+            found.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+        except BaseException:
+            pass
+
+
+def as_plain_class(kind):
+    """Whether objects of ``kind`` may cross by value (they have no ``__slots__``)."""
+    return "__slots__" not in vars(kind)
+
+
+OPERATIONS = {
+    "len": len,
+    "bool": bool,
+    "str": str,
+    "repr": repr,
+    "int": int,
+    "float": float,
+    "list": list,
+    "getitem": lambda value, key: value[key],
+    "contains": lambda value, item: item in value,
+}
+"""Builtin operations the tests apply to an object of the solution (by name)."""
 
 
 def start_timer():
@@ -217,6 +482,14 @@ class Solution:
     :func:`solution_process` on ``program`` and ``entry_point``). Once a call went wrong
     for good (the process died, a forged answer, a hack), :attr:`problem` holds
     ``(verdict, type, message, traceback, hack)`` and every later request fails too.
+
+    Values of the tests that are not plain data cross as extensions of the codec
+    (:meth:`export`): a builtin type by name (``int``), a standard-library module by
+    name, a function the tests define (its marshalled code, run in the solution's
+    process as the tests' code), an object of a class the tests' context defines (by
+    value: ``ListNode``, ``TreeNode``), and a :class:`Remote` (a name, object or call of
+    the solution, by its recipe). Objects of the context's classes come back by value,
+    as objects of the context's class (no method of the solution's class crosses).
     """
 
     def __init__(self, program, entry_point, codec, frames, body=None, body_args=None):
@@ -230,6 +503,12 @@ class Solution:
         self.errors = {}  # exception classes by name, beside the builtin ones, for rebuild
         self.problem = None  # (verdict, type, message, traceback, hack) once it went wrong
         self.cpu_s = self.maxrss_kb = self.status = None
+        self.namespace = {}  # the tests' names: classes crossing by value, functions
+        self.log = []  # what the tests did to the solution's objects, in order
+        self._by_value = (-1, [])
+        self.ids = iter(range(1 << 62))
+        self.jobs = make_codec(self.export, None, None, ARGUMENT_DEPTH)[0]
+        self.results = make_codec(None, None, self.make_object, MAX_DEPTH + 3)[1]
 
     def request(self, payload, wait_s=0):
         """Send one encoded command and return the decoded answer (or raise).
@@ -251,18 +530,13 @@ class Solution:
         data = self.receive(self.answers)
         if data is None:
             status = self.stop()
-            if os.WIFSIGNALED(status) and os.WTERMSIG(status) == 24:  # SIGXCPU: RLIMIT_CPU
-                self.fail("timeout", "CPULimit", "the solution used up its CPU time (SIGXCPU)")
-            how = (
-                "killed by signal %d" % os.WTERMSIG(status)
-                if os.WIFSIGNALED(status)
-                else "exited with code %d" % os.WEXITSTATUS(status)
-            )
-            self.fail("error", "SolutionExited", "the solution's process ended (%s)" % how)
+            if os.WIFSIGNALED(status):
+                self.ended("killed by signal %d" % os.WTERMSIG(status), os.WTERMSIG(status))
+            self.ended("exited with code %d" % os.WEXITSTATUS(status), 0)
         try:
-            answer = self.loads(data)
+            answer = self.results(data) if data[:1] == b"G" else self.loads(data)
             kind = answer[0]
-            if kind not in ANSWER_SIZES or len(answer) != ANSWER_SIZES[kind]:
+            if kind not in ANSWER_SIZES or len(answer) not in ANSWER_SIZES[kind]:
                 raise Refused("unknown answer %r" % (kind,))
         except (Refused, TypeError, IndexError, KeyError) as error:
             self.fail(
@@ -273,6 +547,8 @@ class Solution:
             )
         if kind == "raised":
             self.rebuild(answer)
+        if kind == "exited":
+            self.ended(str(answer[1]), answer[2])
         if kind == "refused":
             _, hack, why = answer
             self.fail(
@@ -291,14 +567,30 @@ class Solution:
             )
         return answer
 
+    def ended(self, how, signal):
+        """The solution's process (or the fork serving a call) ended without answering."""
+        __tracebackhide__ = True
+        if signal == 24:  # SIGXCPU: RLIMIT_CPU
+            self.fail("timeout", "CPULimit", "the solution used up its CPU time (SIGXCPU)")
+        self.fail("error", "SolutionExited", "the solution's process ended (%s)" % how)
+
     def rebuild(self, answer):
-        """Raise the solution's exception in the harness: a builtin one, or SolutionError."""
+        """Raise the solution's exception in the harness: a builtin one, or SolutionError.
+
+        Exceptions that steer control flow on the tests' side (``StopIteration`` ends a
+        ``map`` or a generator silently, so ``all(map(candidate, ...))`` would pass)
+        become a :class:`SolutionError`, which steers nothing.
+        """
         __tracebackhide__ = True
         _, name, detail, trace, _ = (str(field) for field in answer)
         if answer[4] is not False:  # SystemExit, KeyboardInterrupt...: the tests stop
             self.fail("error", name, detail, trace)
         found = self.errors.get(name) or BUILTINS.get(name)
-        if isinstance(found, type) and issubclass(found, Exception):
+        if (
+            isinstance(found, type)
+            and issubclass(found, Exception)
+            and not issubclass(found, CONTROL_FLOW)
+        ):
             error = found(detail)
         else:
             error = SolutionError(name + ": " + detail)
@@ -316,22 +608,146 @@ class Solution:
 
         return bool(select.select([self.answers], [], [], wait_s)[0])
 
-    def load(self, fresh=False):
-        """Run the program and find the entry point (``fresh``: an instance per call)."""
-        self.request(self.dumps(("load", fresh)))
+    def load(self, fresh=False, fresh_state=False, namespace=None, wanted=()):
+        """Run the program and find the entry point (``fresh``: an instance per call).
+
+        ``fresh_state``: each later call is served by a fork of the loaded process.
+        ``namespace``: the tests' names (their classes cross by value); ``wanted``: the
+        names the tests use, answered ``{name: (kind, value)}`` where the solution's
+        module defines them.
+        """
+        self.namespace = namespace if namespace is not None else {}
+        answer = self.request(
+            self.dumps(("load", fresh, fresh_state, self.by_value(), list(wanted)))
+        )
+        return answer[1] if len(answer) > 1 else {}
+
+    def by_value(self):
+        """The names of the tests' classes whose objects cross by value."""
+        if self._by_value[0] != len(self.namespace):
+            self._by_value = (
+                len(self.namespace),
+                [
+                    name
+                    for name, value in self.namespace.items()
+                    if isinstance(value, type)
+                    and value.__module__ == "tests"
+                    and as_plain_class(value)
+                ],
+            )
+        return self._by_value[1]
+
+    def export(self, value):
+        """How a value of the tests that is not plain data crosses (see the class)."""
+        kind = type(value)
+        if kind is Remote:
+            return ("R", value._recipe)
+        recipe = getattr(value, "__execgym_recipe__", None)
+        if recipe is not None and kind.__name__ == "function":
+            return ("R", recipe)
+        if isinstance(value, type) and BUILTINS.get(value.__name__) is value:
+            return ("B", value.__name__)
+        if kind.__name__ == "module" and is_standard_module(getattr(value, "__name__", "")):
+            return ("M", value.__name__)
+        if kind.__name__ == "function" and value.__code__.co_filename == "tests.py":
+            return ("F", self.function(value))
+        attributes = getattr(value, "__dict__", None)
+        if (
+            kind.__module__ == "tests"
+            and self.namespace.get(kind.__name__) is kind
+            and type(attributes) is dict
+            and as_plain_class(kind)
+        ):
+            return ("O", kind.__name__, attributes)
+        raise Refused(kind)
+
+    def function(self, value):
+        """A function of the tests as data: code, name, defaults, closure, globals used."""
+        import marshal
+
+        names, codes = set(), [value.__code__]
+        while codes:
+            code = codes.pop()
+            names.update(code.co_names)
+            codes.extend(c for c in code.co_consts if type(c) is type(code))
+        scope = value.__globals__
+        used = {}
+        for name in names:
+            if name in scope and not name.startswith("__"):
+                try:
+                    self.jobs(scope[name])
+                except (Refused, RecursionError, TypeError):
+                    continue  # not needed to run, or not to be had there
+                used[name] = scope[name]
+        cells = [cell.cell_contents for cell in value.__closure__ or ()]
+        return (marshal.dumps(value.__code__), value.__name__, value.__defaults__, cells, used)
+
+    def make_object(self, name):
+        """An empty object of the tests' class ``name`` (a result crossing by value)."""
+        found = self.namespace.get(name)
+        if not isinstance(found, type) or found.__module__ != "tests" or not as_plain_class(found):
+            raise Refused("an object of %r, which the tests do not define" % name)
+        return object.__new__(found)
+
+    def job(self, kind, what, args, kwargs, limit_s):
+        """Encode one call or evaluation; arguments that cannot cross are the task's fault."""
+        __tracebackhide__ = True
+        try:
+            log = self.relevant(what, args, kwargs) if self.log else []
+            job = self.jobs((log, what, list(args), kwargs, limit_s, self.by_value()))
+        except (Refused, RecursionError) as error:
+            self.fail(
+                "task_error",
+                "UnsupportedArgument",
+                "the tests pass an argument that cannot reach the solution's process "
+                "(plain data: %s; functions and classes of the tests; the solution's own "
+                "names): %s" % (PLAIN, error),
+            )
+        return self.dumps((kind, job))
+
+    def relevant(self, what, args, kwargs):
+        """The steps of the log that touch the objects this job uses, in order."""
+        roots, seen = set(), set()
+        if what is not None:
+            roots.add(recipe_root(what))
+        collect((what, args, kwargs), roots, seen)
+        chosen, grown = set(), True
+        while grown:
+            grown = False
+            for index, step in enumerate(self.log):
+                if index not in chosen and recipe_root(step[2]) in roots:
+                    chosen.add(index)
+                    collect(step[3:], roots, seen)
+                    grown = True
+        return [step for index, step in enumerate(self.log) if index in chosen]
 
     def call(self, args, kwargs, limit_s=0):
         """Call the entry point; with ``limit_s``, raise ``CaseTimeout`` past that time."""
+        __tracebackhide__ = True
         self.calls += 1
-        try:
-            payload = self.dumps(("call", list(args), kwargs, limit_s))
-        except Refused as error:
-            self.fail(
-                "harness_error",
-                "UnsupportedArgument",
-                "the tests pass an argument that is not plain data (%s): %s" % (PLAIN, error),
-            )
-        return self.request(payload, limit_s + 0.5 if limit_s else 0)[1]
+        payload = self.job("call", None, args, kwargs, limit_s)
+        answer = self.request(payload, limit_s + 0.5 if limit_s else 0)
+        return self.outcome(
+            answer, ("call", next(self.ids), ("target",), list(args), kwargs), args, kwargs
+        )
+
+    def evaluate(self, recipe):
+        """Evaluate a recipe (a name, attribute, call, operation) in the solution's process."""
+        __tracebackhide__ = True
+        self.calls += 1
+        answer = self.request(self.job("eval", recipe, (), {}, 0))
+        return self.outcome(answer, recipe, recipe[3] if recipe[0] == "call" else (), {})
+
+    def outcome(self, answer, recipe, args, kwargs):
+        if answer[0] == "handle":
+            return Remote(self, recipe, answer[1], answer[2], answer[3])
+        changes = answer[2] if len(answer) > 2 else None
+        if changes:
+            where = {**dict(enumerate(args)), **kwargs}
+            for key, value in changes:
+                if key in where:
+                    patch(where[key], value)
+        return answer[1]
 
     def __call__(self, *args, **kwargs):
         return self.call(args, kwargs)
@@ -356,4 +772,190 @@ class Solution:
         return status
 
 
-ANSWER_SIZES = {"loaded": 1, "ok": 2, "raised": 5, "refused": 3, "missing": 2, "timeout": 1}
+def patch(original, new):
+    """Make ``original`` (the tests' argument) hold ``new`` (its state after the call).
+
+    Lists, dicts, sets and objects crossing by value are changed in place, recursively
+    where both sides hold the same kind of container, so the tests' other references to
+    the same objects see the change too; anything else cannot change in place.
+    """
+    kind = type(original)
+    if kind is not type(new):
+        return new
+    if kind is list:
+        original[:] = [
+            patch(old, item) if index < len(original) else item
+            for index, (old, item) in enumerate(
+                zip(original + [None] * len(new), new, strict=False)
+            )
+        ]
+    elif kind is dict:
+        merged = {
+            key: patch(original[key], item) if key in original else item
+            for key, item in new.items()
+        }
+        original.clear()
+        original.update(merged)
+    elif kind is set:
+        original.clear()
+        original.update(new)
+    elif getattr(original, "__dict__", None) is not None and kind.__module__ == "tests":
+        state = {
+            key: patch(original.__dict__[key], item) if key in original.__dict__ else item
+            for key, item in vars(new).items()
+        }
+        original.__dict__.clear()
+        original.__dict__.update(state)
+    else:
+        return new
+    return original
+
+
+def recipe_root(recipe):
+    """The object a recipe starts from: ``("id", n)`` for one a call made, or a name."""
+    while True:
+        what = recipe[0]
+        if what == "get":
+            recipe = recipe[1]
+        elif what == "op" or (what == "call" and recipe[2][0] == "get"):
+            recipe = recipe[2]
+        elif what == "call":
+            return ("id", recipe[1])
+        else:
+            return tuple(recipe)
+
+
+def collect(value, roots, seen):
+    """Add the roots of the recipes in ``value`` (and in those recipes) to ``roots``."""
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is Remote:
+            value = value._recipe
+            kind = tuple
+            roots.add(recipe_root(value))
+        if kind in (list, tuple, set, frozenset):
+            if id(value) not in seen:
+                seen.add(id(value))
+                stack.extend(value)
+        elif kind is dict:
+            if id(value) not in seen:
+                seen.add(id(value))
+                stack.extend(value.values())
+        elif (
+            kind.__module__ == "tests"
+            and type(getattr(value, "__dict__", None)) is dict
+            and id(value) not in seen
+        ):
+            seen.add(id(value))
+            stack.extend(value.__dict__.values())
+
+
+def is_standard_module(name):
+    """Whether ``name`` is a module of the standard library (never a file of the rollout)."""
+    top = name.partition(".")[0]
+    return top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names
+
+
+class Remote:
+    """The tests' stand-in for a name, object or call result of the solution's module.
+
+    It holds a recipe (``("name", n)``, ``("call", id, target, args, kwargs)``, ``("get",
+    target, attribute)``, ``("op", name, target, args)``, ``("target",)``) that the
+    solution's process evaluates, so it works when every call is served by a fresh fork
+    too: an object the tests made (``Solution()``, ``Pair(1, 2)``) is rebuilt there from
+    its recipe, and what the tests did to it since (attributes set, methods called) is
+    replayed from the log, in order. Calling a class is lazy (nothing runs until the
+    object is used); calling anything else, reading an attribute and the builtin
+    operations ask the solution at once and give plain data back, or another
+    :class:`Remote`. Equality and hashing are by identity, so no ``__eq__`` of the
+    solution ever decides a comparison of the tests.
+    """
+
+    __slots__ = ("_callable", "_kind", "_recipe", "_solution", "_truth")
+    __hash__ = object.__hash__
+
+    def __init__(self, solution, recipe, kind="object", truth=True, is_callable=True):
+        for name, value in (
+            ("_solution", solution),
+            ("_recipe", recipe),
+            ("_kind", kind),
+            ("_truth", truth),
+            ("_callable", is_callable),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        solution = self._solution
+        step = ("call", next(solution.ids), self._recipe, list(args), kwargs)
+        if self._kind == "class":  # built where it is used
+            return Remote(solution, step, "instance")
+        result = solution.evaluate(step)
+        if self._recipe[0] == "get":  # a method: what it did to its object is replayed
+            solution.log.append(step)
+        return result
+
+    def __getattr__(self, name):
+        __tracebackhide__ = True
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._solution.evaluate(("get", self._recipe, name))
+
+    def __setattr__(self, name, value):
+        solution = self._solution
+        solution.log.append(("setattr", next(solution.ids), self._recipe, name, value))
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def __bool__(self):
+        return bool(self._truth)
+
+    def __repr__(self):
+        return "<%s of the solution>" % self._kind
+
+    def _op(self, name, *args):
+        __tracebackhide__ = True
+        return self._solution.evaluate(("op", name, self._recipe, list(args)))
+
+    def __len__(self):
+        return self._op("len")
+
+    def __iter__(self):
+        return iter(self._op("list"))
+
+    def __getitem__(self, key):
+        return self._op("getitem", key)
+
+    def __contains__(self, item):
+        return self._op("contains", item)
+
+    def __str__(self):
+        return self._op("str")
+
+    def __int__(self):
+        return self._op("int")
+
+    def __float__(self):
+        return self._op("float")
+
+
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)
+"""Exceptions the solution raises that cross as :class:`SolutionError` (they would steer
+the tests' loops)."""
+
+ANSWER_SIZES = {
+    "loaded": (1, 2),
+    "ok": (2, 3),
+    "raised": (5,),
+    "refused": (3,),
+    "missing": (2,),
+    "timeout": (1,),
+    "handle": (4,),
+    "exited": (3,),
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import marshal
@@ -116,18 +117,59 @@ def compiled_tests(source: str) -> bytes:
     2026-12-02); a task's tests are the same for all its rollouts, so each is compiled
     once per process. The tests are task data (operator's), never model output; a
     source that does not compile is left to the harness, which reports the task's error.
+    Where ``assert`` statements are the tests' only way to fail (no ``raise``, no call of
+    an ``assert...``/``fail...`` function such as unittest's ``assertEqual``), each is
+    counted as it runs (its test becomes ``__execgym_asserted__() and (test)``, same
+    lines, same message), so the harness can tell a ``check`` that ran no assertion,
+    which would pass any solution (``return None``), from one that passed: such a task
+    is ``invalid``.
     """
     try:
         source.encode("utf-8")  # lone surrogates: the harness's decoded text would differ
         with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")
+            compile(source, "tests.py", "exec", dont_inherit=True, optimize=0)
+            tree = ast.parse(source, "tests.py")
+            if _countable(tree):
+                tree = _CountAsserts().visit(tree)
+                counter = ast.Expr(ast.Name(ASSERT_COUNTER, ast.Load()))
+                tree.body.append(ast.fix_missing_locations(counter))
             # optimize=0: the tests' asserts stay even if this Python runs with -O.
-            code = compile(source, "tests.py", "exec", dont_inherit=True, optimize=0)
+            code = compile(tree, "tests.py", "exec", dont_inherit=True, optimize=0)
     except (SyntaxError, ValueError, UnicodeEncodeError, OverflowError, RecursionError):
         return b""
     if warned:  # a SyntaxWarning...: the harness compiles it, so the run's stderr has it
         return b""
     return marshal.dumps(code)
+
+
+ASSERT_COUNTER = "__execgym_asserted__"
+
+
+def _countable(tree: ast.AST) -> bool:
+    """Whether the tests can fail only through ``assert`` statements."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise):
+            return False
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name.lower().startswith(("assert", "fail", "check_", "verify", "expect")):
+                return False
+    return True
+
+
+class _CountAsserts(ast.NodeTransformer):
+    """``assert test, msg`` -> ``assert __execgym_asserted__() and (test), msg``."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        self.generic_visit(node)
+        counter = ast.copy_location(
+            ast.Call(ast.copy_location(ast.Name(ASSERT_COUNTER, ast.Load()), node.test), [], []),
+            node.test,
+        )
+        node.test = ast.copy_location(ast.BoolOp(ast.And(), [counter, node.test]), node.test)
+        return node
 
 
 def _part(data: bytes) -> bytes:
@@ -143,6 +185,7 @@ def encode_job(
     context: str = "",
     mode: str = "check",
     reference: str | None = None,
+    state: str = "fresh",
 ) -> bytes:
     """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`).
 
@@ -159,13 +202,18 @@ def encode_job(
         context: Code run before the tests in the harness (the task's prompt).
         mode: ``check`` (stop at the first failure) or ``cases`` (count passing cases).
         reference: A known-correct program, run first and measured beside the solution.
+        state: ``fresh`` (each call the tests make sees the solution's module as freshly
+            imported: a fork of its process taken after the import) or ``shared`` (one
+            process serves every call, so state carries from call to call).
     """
 
     def utf8(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
     code = compiled_tests(context + "\n\n" + tests + "\n")
-    sizes = f"{len(utf8(context))} {len(utf8(tests))} {len(code)} {_MAGIC}"
+    if state not in ("fresh", "shared"):
+        raise ValueError(f"state must be 'fresh' or 'shared', not {state!r}")
+    sizes = f"{len(utf8(context))} {len(utf8(tests))} {len(code)} {_MAGIC} {state}"
     head = f"{nonce} {mode} {sizes}\n".encode()
     return _part(utf8(entry_point) + b"\n" + utf8(program)) + _part(
         head + utf8(context) + utf8(tests) + code + utf8(reference or "")
@@ -235,6 +283,8 @@ def interpret_run(run: RunResult, nonce: str) -> Judgement:
     if payload is not None and run.status is Status.OK:
         verdict = _REPORTED[payload["verdict"]]
         details = {key: payload[key] for key in _DETAILS if key in payload}
+        if "state" in payload:
+            details["state"] = str(payload["state"])
         if verdict is Verdict.PASSED:
             return Judgement(verdict, run, details=details)
         error = ErrorDetail(
@@ -290,6 +340,7 @@ class AssertJudge:
         *,
         cases: bool = False,
         measure_reference: bool = False,
+        state: str | None = None,
     ) -> Judgement:
         """Run one rollout's completion against ``task``'s tests in ``sandbox``.
 
@@ -305,6 +356,9 @@ class AssertJudge:
                 and measure both: ``details["reference_cpu_s"]``,
                 ``["reference_maxrss_kb"]``, ``["cpu_s"]``, ``["maxrss_kb"]``. Ignored
                 for a task without a reference.
+            state: ``fresh`` or ``shared`` state across the calls the tests make (see
+                :func:`encode_job`); ``None`` takes the task's ``state``. The result's
+                ``details["state"]`` says which ran.
 
         Returns:
             The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
@@ -321,6 +375,7 @@ class AssertJudge:
             context=test_context(task),
             mode="cases" if cases else "check",
             reference=reference,
+            state=state or task.state,
         )
         run = await sandbox.run_python(self._runner, stdin=job, limits=limits, want_report=True)
         return interpret_run(run, nonce)

@@ -237,7 +237,10 @@ def values_match(expected: object, actual: object, comparison: Comparison) -> bo
     if isinstance(expected, int | float) and isinstance(actual, int | float):
         if isinstance(expected, int) and isinstance(actual, int):
             return expected == actual
-        return numbers_close(float(expected), float(actual), comparison)
+        try:
+            return numbers_close(float(expected), float(actual), comparison)
+        except OverflowError:  # an int beyond any float (10**400): no finite float is close
+            return False
     if isinstance(expected, list) and isinstance(actual, list):
         return len(expected) == len(actual) and all(
             values_match(e, a, comparison) for e, a in zip(expected, actual, strict=True)

@@ -36,18 +36,23 @@ from execgym.toolchains import find_toolchain, missing_hint
 _SHOWN = 200
 
 
-def encode_python_call_job(nonce: str, task: Task, program: str) -> bytes:
+def encode_python_call_job(nonce: str, task: Task, program: str, state: str = "") -> bytes:
     """The job the Python harness reads on stdin (see :mod:`execgym.judges._call_runner`).
 
     Part one (the entry point and the program) is read before the solution's process is
-    forked; part two (the nonce, the per-case limit and the cases, as plain data) only
-    after, so the solution never has them in memory.
+    forked; part two (the nonce, the per-case limit, the state mode and the cases, as
+    plain data) only after, so the solution never has them in memory. ``state``
+    (``fresh`` or ``shared``, default the task's) says whether each case sees the
+    solution's module as freshly imported.
     """
     dumps, _ = make_codec()
     cases = dumps([(case.args, case.kwargs) for case in _cases(task)])
     limit_ms = round((task.case_time_limit_s or 0) * 1000)
     solution = f"{task.fn_name}\n{program}".encode("utf-8", "surrogatepass")
-    secret = f"{nonce} {limit_ms}\n".encode() + cases
+    state = state or task.state
+    if state not in ("fresh", "shared"):
+        raise ValueError(f"state must be 'fresh' or 'shared', not {state!r}")
+    secret = f"{nonce} {limit_ms} {state}\n".encode() + cases
     return _part(solution) + _part(secret)
 
 
@@ -114,7 +119,10 @@ def interpret_call_run(task: Task, run: RunResult, nonce: str) -> Judgement:
         message = f"{kind}: {text}"
         return Judgement(Verdict.ERROR, run, ErrorDetail(kind, text), message)
     results = payload.get("results")
-    return judge_results(task, results if isinstance(results, list) else [], run)
+    judgement = judge_results(task, results if isinstance(results, list) else [], run)
+    if payload.get("state") in ("fresh", "shared"):
+        judgement.details["state"] = str(payload["state"])
+    return judgement
 
 
 class FunctionCallJudge:
@@ -132,9 +140,20 @@ class FunctionCallJudge:
         self._node_runner = runner_source("_call_runner.js")
 
     async def judge(
-        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        state: str | None = None,
     ) -> Judgement:
-        """Call ``task.fn_name`` on every case in ``sandbox`` and compare the results."""
+        """Call ``task.fn_name`` on every case in ``sandbox`` and compare the results.
+
+        ``state``: ``fresh`` or ``shared`` (Python; ``None`` takes the task's ``state``):
+        whether each case sees the solution's module as freshly imported; the result's
+        ``details["state"]`` says which ran.
+        """
         if task.case_time_limit_s is not None:
             total = task.case_time_limit_s * len(task.test_cases) + 2.0
             limits = limits.merged(wall_time_s=total, cpu_time_s=total)
@@ -154,7 +173,9 @@ class FunctionCallJudge:
         else:
             run = await sandbox.run_python(
                 self._runner,
-                stdin=encode_python_call_job(nonce, task, build_program(task, completion)),
+                stdin=encode_python_call_job(
+                    nonce, task, build_program(task, completion), state or task.state
+                ),
                 limits=limits,
                 want_report=True,
             )

@@ -264,6 +264,12 @@ class Task(BaseModel):
         solution_prefix: ``unittest``: code put before the completion (BigCodeBench's
             "complete" prompt, which the model continues); empty when the model writes
             the whole program.
+        state: ``assert`` (Python) and ``function_call`` (Python): ``fresh`` (default)
+            gives every call of the tests (every case) the solution's module as freshly
+            imported, a fork of its process taken after the import, so no global,
+            memoised or class-level state carries from one case to the next;
+            ``shared`` serves every call from one process, for tasks whose tests need
+            state to carry over. Each result's ``details["state"]`` says which ran.
         reference: A known-correct completion, if any.
         limits: Per-task limits overriding the run's (optional).
         compile_limits: Per-task limits for the compile step (optional).
@@ -290,6 +296,7 @@ class Task(BaseModel):
     solution_path: str = "solution.py"
     pytest_mode: Literal["proxy", "in_process"] = "proxy"
     solution_prefix: str = ""
+    state: Literal["fresh", "shared"] = "fresh"
     reference: str | None = None
     limits: TaskLimits | None = None
     compile_limits: TaskLimits | None = None
