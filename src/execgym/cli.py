@@ -346,6 +346,28 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     help="Sandboxes at once [default: CPU count].",
 )
 @click.option(
+    "--calibrate-limits",
+    is_flag=True,
+    help="Fit each task's time limits to its reference solution: min(--timeout, "
+    "max(FACTOR x the reference's time, FLOOR)), measured once per task in the same "
+    "sandbox and cached; per test case for stdio and function_call tasks.",
+)
+@click.option(
+    "--calibration-factor",
+    type=click.FloatRange(min=1.0),
+    default=10.0,
+    show_default=True,
+    help="With --calibrate-limits: FACTOR.",
+)
+@click.option(
+    "--calibration-floor",
+    type=float,
+    default=1.0,
+    show_default=True,
+    callback=_positive_seconds,
+    help="With --calibrate-limits: FLOOR, in seconds.",
+)
+@click.option(
     "--order",
     type=click.Choice(["input", "completion"]),
     default="input",
@@ -435,6 +457,9 @@ def score(
     cpu_time_s: float | None,
     memory_bytes: int,
     workers: int | None,
+    calibrate_limits: bool,
+    calibration_factor: float,
+    calibration_floor: float,
     order: str,
     ks: str,
     warm_pool: bool,
@@ -480,6 +505,11 @@ def score(
                     "--reward is computed where rollouts are judged and workers use the "
                     "binary reward for now: drop --reward, or score with --broker embedded"
                 )
+            if calibrate_limits:
+                raise click.UsageError(
+                    "--calibrate-limits measures references where rollouts are judged, "
+                    "which workers do not yet: drop it, or score with --broker embedded"
+                )
             from execgym.broker import open_broker
 
             broker = open_broker(broker_url)
@@ -505,13 +535,22 @@ def score(
                 "fire for programs that are only waiting for a CPU",
                 err=True,
             )
-        scorer_options = {
+        scorer_options: dict[str, Any] = {
             "compile_cache": compile_cache,
             "use_cache": not no_compile_cache,
             "reward": reward,
             "breakers": breakers,
             "state": state,
         }
+        if calibrate_limits:
+            from execgym.calibration import Calibrator, default_cache_dir
+
+            scorer_options["calibrator"] = Calibrator(
+                factor=calibration_factor,
+                floor_s=calibration_floor,
+                cache_dir=default_cache_dir(),
+                sandbox_name=f"{isolation}{'+warm-pool' if warm_pool else ''}",
+            )
         inputs = (tasks_path, rollouts_path, dataset, solutions)
         outcome, stream = _score_local(
             lambda: _sandbox(isolation, warm_pool, allow_root),

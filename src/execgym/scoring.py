@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execgym.breakers import Breakers, dataset_of, is_infrastructure_failure
+from execgym.calibration import Calibration, Calibrator
 from execgym.errors import ConfigError, Error, SandboxSetupFailed, TaskError
 from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
@@ -87,6 +88,7 @@ class ScoredRollout:
     message: str = ""
     reward_breakdown: RewardBreakdown | None = None
     limits: Mapping[str, Any] | None = None
+    calibration: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object written to the results file (one line per rollout)."""
@@ -117,6 +119,7 @@ class ScoredRollout:
             "isolation": self.isolation,
             "enforcement": dict(run.enforcement) if run else {},
             "limits": dict(self.limits) if self.limits is not None else None,
+            **({"calibration": dict(self.calibration)} if self.calibration is not None else {}),
             "attempts": self.attempts,
             "details": dict(self.judgement.details) if self.judgement else {},
             **(
@@ -145,8 +148,21 @@ class ScoredRollout:
         return dataclasses.replace(self, judgement=judgement)
 
 
-def _echoed_limits(task: Task, limits: Limits) -> dict[str, Any] | None:
-    """The effective limits of ``task``'s runs for the result (``None`` if unusable)."""
+def _echoed_limits(
+    task: Task, limits: Limits, calibration: Calibration | None = None
+) -> dict[str, Any] | None:
+    """The effective limits of ``task``'s runs for the result (``None`` if unusable).
+
+    With a calibration, its time limits replace the user's (they are never above them).
+    """
+    if calibration is not None:
+        echoed = _echoed_limits(task, limits)
+        if echoed is not None:
+            echoed["wall_time_s"] = calibration.wall_time_s
+            echoed["cpu_time_s"] = calibration.cpu_time_s
+            if calibration.case_time_limit_s is not None:
+                echoed["case_time_limit_s"] = calibration.case_time_limit_s
+        return echoed
     try:
         return effective_limits(task, limits)
     except Error:  # the task's limits are invalid: it was not judged under any
@@ -200,6 +216,8 @@ class Scorer:
         state: ``fresh`` or ``shared``: overrides every task's ``state`` (Python assert
             and function-call tasks: whether each call of the tests sees the solution's
             module as freshly imported); ``None`` keeps each task's.
+        calibrator: Calibrates each task's time limits from its reference solution
+            (:mod:`execgym.calibration`); the results then carry ``calibration``.
 
     Raises:
         ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
@@ -217,6 +235,7 @@ class Scorer:
         breakers: Breakers | None = None,
         metrics: Metrics | None = None,
         state: str | None = None,
+        calibrator: Calibrator | None = None,
     ) -> None:
         if state is not None:  # every task's `state`, overridden (the CLI's --state)
             tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
@@ -234,6 +253,7 @@ class Scorer:
         self._pytest = PytestJudge()
         self._unittest = UnittestJudge()
         self.reward = reward
+        self.calibrator = calibrator
         if reward is not None:
             check_tools(reward)
 
@@ -255,6 +275,10 @@ class Scorer:
         if task.language != "python":
             return await self._native.judge(task, completion, self.sandbox, limits)
         return await self._judge(task, completion, limits)
+
+    async def _judge_reference(self, task: Task, completion: str, limits: Limits) -> Judgement:
+        rollout = Rollout(task_id=task.task_id, completion=completion)
+        return await self.judge_rollout(task, rollout, limits)
 
     async def self_test(self) -> None:
         """Score a known-good rollout once, so a broken sandbox stops a batch at once.
@@ -367,10 +391,18 @@ class Scorer:
         isolation = self.sandbox.name
         judgement: Judgement | None = None
         attempt = 0
+        judged, calibration = task, None
+        try:
+            limits = task.limits_over(self.limits)
+            if self.calibrator is not None:
+                judged, limits, calibration = await self.calibrator.calibrate(
+                    task, limits, self._judge_reference
+                )
+        except (TaskError, ConfigError) as error:  # the task's or the settings' fault
+            return _invalid(index, task.task_id, rollout_id, str(error), isolation)
         for attempt in range(1, SANDBOX_ATTEMPTS + 1):
             try:
-                limits = task.limits_over(self.limits)
-                judgement = await self.judge_rollout(task, rollout, limits)
+                judgement = await self.judge_rollout(judged, rollout, limits)
             except (TaskError, ConfigError) as error:  # the task's or the settings' fault
                 return _invalid(index, task.task_id, rollout_id, str(error), isolation)
             except Error as error:  # the sandbox or the host could not do its job
@@ -412,7 +444,8 @@ class Scorer:
             attempts=attempt,
             message=judgement.message,
             reward_breakdown=breakdown,
-            limits=_echoed_limits(task, self.limits),
+            limits=_echoed_limits(task, self.limits, calibration),
+            calibration=calibration.to_json() if calibration is not None else None,
         )
 
     async def score(

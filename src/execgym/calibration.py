@@ -1,0 +1,305 @@
+"""Time limits that fit the task: calibrated from its reference solution's own time.
+
+A fixed limit (say 3 s) is what every rollout that loops forever costs, however fast
+the task's correct solutions are; on real batches those few rollouts take a large
+share of the sandbox time (issue 23: 0.3 % of the rollouts, 43 % of the time). With
+calibration each task's limit is measured instead:
+
+    limit = min(user's limit, max(factor x reference time, floor))
+
+- *reference time*: the wall time (and CPU time) of the task's reference solution,
+  judged once by the same judge in the same sandbox under the user's limits; for tasks
+  whose judge times each test case (``stdio``: one run per case; ``function_call``:
+  per call), the slowest case, and the limit is set per case
+  (``case_time_limit_s``).
+- *factor* (:data:`DEFAULT_FACTOR`, 10) leaves room for correct solutions slower than
+  the reference (another algorithm, a cold cache, a loaded host); *floor*
+  (:data:`DEFAULT_FLOOR_S`, 1 s) keeps the start-up of a run and the noise of a busy
+  machine from ever deciding a verdict. Both are settable (``--calibration-factor``,
+  ``--calibration-floor``).
+- Never above the user's limit (command line or task), and the user's limit as it is
+  where there is no usable reference (none, or it does not pass): a calibrated limit
+  can only end a runaway rollout sooner.
+- Measured once per task and kept: in memory for the batch (rollouts of a task wait
+  for its one measurement), and on disk (``~/.cache/execgym/calibration``, keyed by the
+  SHA-256 of the task, the sandbox, the limits and this host and interpreter), so the
+  next batch does not measure again.
+
+Each result carries its ``calibration`` (reference times, factor, floor, the
+calibrated limits, or why none) and the effective ``limits`` it ran under.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from execgym.limits import Limits
+
+if TYPE_CHECKING:
+    from execgym.judges.base import Judgement
+    from execgym.tasks.models import Task
+
+DEFAULT_FACTOR = 10.0
+"""Calibrated limit = this many times the reference's time (at least the floor)."""
+
+DEFAULT_FLOOR_S = 1.0
+"""A calibrated limit is never below this many seconds."""
+
+CACHE_VERSION = 1
+"""Part of every cache key: raised when what is measured changes."""
+
+_PER_CASE_KINDS = frozenset({"stdio", "function_call"})
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/execgym/calibration`` (``~/.cache/execgym/calibration``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "execgym" / "calibration"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measurement:
+    """The reference's times, as measured once (or why there are none).
+
+    Attributes:
+        wall_time_s: The reference run's wall time (``None``: not measured).
+        cpu_time_s: Its CPU time.
+        case_wall_time_s: The slowest test case's wall time, for judges that time
+            each case (``None`` otherwise).
+        why_not: Why there is no measurement (no reference, it did not pass).
+    """
+
+    wall_time_s: float | None = None
+    cpu_time_s: float | None = None
+    case_wall_time_s: float | None = None
+    why_not: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Calibration:
+    """How a task's limits were calibrated: one ``calibration`` object of a result.
+
+    Attributes:
+        measurement: The reference's times.
+        factor: The factor applied.
+        floor_s: The floor applied.
+        wall_time_s: The calibrated wall time of each run (seconds).
+        cpu_time_s: The calibrated CPU time of each run.
+        case_time_limit_s: The calibrated per-case limit, for judges with cases.
+        cached: Whether the measurement came from the disk cache.
+    """
+
+    measurement: Measurement
+    factor: float
+    floor_s: float
+    wall_time_s: float
+    cpu_time_s: float
+    case_time_limit_s: float | None = None
+    cached: bool = False
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether a reference was measured (else the user's limits apply as they are)."""
+        return self.measurement.why_not is None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``calibration`` field of a result."""
+        m = self.measurement
+        return {
+            "calibrated": self.calibrated,
+            "reason": m.why_not,
+            "reference_wall_time_s": _round(m.wall_time_s),
+            "reference_cpu_time_s": _round(m.cpu_time_s),
+            "reference_case_wall_time_s": _round(m.case_wall_time_s),
+            "factor": self.factor,
+            "floor_s": self.floor_s,
+            "wall_time_s": _round(self.wall_time_s),
+            "cpu_time_s": _round(self.cpu_time_s),
+            "case_time_limit_s": _round(self.case_time_limit_s),
+            "cached": self.cached,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+JudgeReference = Callable[["Task", str, Limits], Awaitable["Judgement"]]
+"""Judges a completion of a task under limits (the scorer's own judge)."""
+
+
+class Calibrator:
+    """Calibrates each task's time limits from its reference, once per task.
+
+    Args:
+        factor: See :data:`DEFAULT_FACTOR`; at least 1.
+        floor_s: See :data:`DEFAULT_FLOOR_S`; positive.
+        cache_dir: Where measurements are kept between batches (``None``: memory only).
+        sandbox_name: Part of the cache key (a measurement holds for one sandbox).
+
+    Raises:
+        ValueError: if ``factor`` is below 1 or ``floor_s`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        factor: float = DEFAULT_FACTOR,
+        floor_s: float = DEFAULT_FLOOR_S,
+        cache_dir: Path | None = None,
+        sandbox_name: str = "",
+    ) -> None:
+        if not factor >= 1:
+            raise ValueError(f"calibration factor {factor!r}: give at least 1")
+        if not floor_s > 0:
+            raise ValueError(f"calibration floor {floor_s!r}: give a positive number of seconds")
+        self.factor = factor
+        self.floor_s = floor_s
+        self.cache_dir = cache_dir
+        self._sandbox_name = sandbox_name
+        self._measured: dict[str, asyncio.Future[tuple[Measurement, bool]]] = {}
+        self.measurements = 0
+        """Reference runs made (not served from a cache)."""
+
+    async def calibrate(
+        self, task: Task, limits: Limits, judge: JudgeReference
+    ) -> tuple[Task, Limits, Calibration]:
+        """``task`` and ``limits`` with the calibrated time limits, and how.
+
+        Args:
+            task: The task (a copy with ``case_time_limit_s`` is returned for judges
+                with cases).
+            limits: The user's limits for the task (after its own overrides).
+            judge: How to judge the reference, the first time (the scorer's judge for
+                the task's kind, in the scorer's sandbox).
+
+        Returns:
+            ``(task, limits, calibration)``: unchanged but for the time limits, which
+            are never above those given.
+        """
+        key = self._key(task, limits)
+        future = self._measured.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._measured[key] = future
+            try:
+                future.set_result(await self._measure(task, limits, key, judge))
+            except BaseException as error:
+                del self._measured[key]  # a later rollout measures again
+                future.set_exception(error)
+                future.exception()  # retrieved: the waiters re-raise it
+                raise
+        measurement, cached = await asyncio.shield(future)
+        return self._apply(task, limits, measurement, cached)
+
+    def _apply(
+        self, task: Task, limits: Limits, m: Measurement, cached: bool
+    ) -> tuple[Task, Limits, Calibration]:
+        if m.why_not is not None or m.wall_time_s is None:
+            run = task.run_limits(limits)
+            return task, limits, Calibration(
+                m, self.factor, self.floor_s, run.wall_time_s, run.cpu_time_s,
+                task.case_time_limit_s, cached,
+            )  # fmt: skip
+        wall = min(limits.wall_time_s, self._limit(m.wall_time_s))
+        cpu = min(limits.cpu_time_s, self._limit(m.cpu_time_s or m.wall_time_s))
+        case_limit = task.case_time_limit_s
+        if task.kind in _PER_CASE_KINDS and m.case_wall_time_s is not None:
+            allowed = task.case_time_limit_s or limits.wall_time_s
+            case_limit = min(allowed, self._limit(m.case_wall_time_s))
+            task = task.model_copy(update={"case_time_limit_s": case_limit})
+            if task.kind == "stdio":  # each case is a run: its limits are the case's
+                wall = max(wall, min(limits.wall_time_s, case_limit))
+        calibrated = limits.merged(wall_time_s=wall, cpu_time_s=min(cpu, wall))
+        run = task.run_limits(calibrated)
+        return (
+            task,
+            calibrated,
+            Calibration(
+                m, self.factor, self.floor_s, run.wall_time_s, run.cpu_time_s, case_limit, cached
+            ),
+        )
+
+    def _limit(self, seconds: float) -> float:
+        return max(self.factor * seconds, self.floor_s)
+
+    async def _measure(
+        self, task: Task, limits: Limits, key: str, judge: JudgeReference
+    ) -> tuple[Measurement, bool]:
+        cached = self._read_cache(key)
+        if cached is not None:
+            return cached, True
+        if not task.reference:
+            return Measurement(why_not="the task has no reference solution"), False
+        from execgym.errors import Error
+        from execgym.judges.base import Verdict
+
+        try:
+            judgement = await judge(task, task.reference, limits)
+        except Error as error:  # not kept: the next batch measures again
+            return Measurement(why_not=f"the reference could not be judged: {error}"), False
+        self.measurements += 1
+        if judgement.verdict is Verdict.SANDBOX_ERROR:  # ours: not kept, tried again
+            return Measurement(why_not=f"the reference run failed: {judgement.message}"), False
+        if judgement.verdict is not Verdict.PASSED or judgement.run is None:
+            why = f"the reference solution does not pass ({judgement.verdict.value})"
+            measurement = Measurement(why_not=why)
+        else:
+            cases = judgement.details.get("cases") if judgement.details else None
+            times = [
+                case["wall_time_s"]
+                for case in (cases if isinstance(cases, list) else [])
+                if isinstance(case, dict) and isinstance(case.get("wall_time_s"), int | float)
+            ]
+            run = judgement.run
+            measurement = Measurement(
+                wall_time_s=max([run.wall_time_s, *times]),
+                cpu_time_s=run.cpu_time_s,
+                case_wall_time_s=max(times) if times else None,
+            )
+        self._write_cache(key, measurement)
+        return measurement, False
+
+    def _key(self, task: Task, limits: Limits) -> str:
+        text = json.dumps(
+            [
+                CACHE_VERSION,
+                task.model_dump(mode="json"),
+                dataclasses.asdict(limits),
+                self._sandbox_name,
+                platform.node(),
+                sys.version,
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _read_cache(self, key: str) -> Measurement | None:
+        if self.cache_dir is None:
+            return None
+        try:
+            data = json.loads((self.cache_dir / f"{key}.json").read_text())
+            return Measurement(**data)
+        except (OSError, ValueError, TypeError):
+            return None  # none, or unreadable: measured again
+
+    def _write_cache(self, key: str, measurement: Measurement) -> None:
+        if self.cache_dir is None:
+            return
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            partial = self.cache_dir / f".{key}.{os.getpid()}.tmp"
+            partial.write_text(json.dumps(dataclasses.asdict(measurement)))
+            os.replace(partial, self.cache_dir / f"{key}.json")
+        except OSError:
+            pass  # a cache that cannot be written costs a measurement next time

@@ -1,0 +1,192 @@
+"""Time limits calibrated from each task's reference solution (issue 23)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from execgym import Limits, Rollout, RolloutLine, Scorer, Task, Verdict
+from execgym.calibration import Calibrator
+from execgym.judges.base import Judgement
+from execgym.testing import fake_result
+from tests.conftest import ONE_TASK, write_jsonl
+
+TASK = Task(
+    task_id="t/1",
+    prompt="def f():\n",
+    tests="def check(c):\n    assert c() == 1\n",
+    entry_point="f",
+    reference="    return 1\n",
+)
+USER = Limits(wall_time_s=3.0, cpu_time_s=3.0)
+
+
+def judge_taking(wall_s: float, cpu_s: float, verdict: Verdict = Verdict.PASSED, calls=None):
+    async def judge(task: Task, completion: str, limits: Limits) -> Judgement:
+        if calls is not None:
+            calls.append((task.task_id, completion, limits))
+        await asyncio.sleep(0.01)
+        return Judgement(verdict, run=fake_result(wall_time_s=wall_s, cpu_time_s=cpu_s))
+
+    return judge
+
+
+async def test_limit_is_factor_times_the_reference_above_the_floor_below_the_user() -> None:
+    calibrator = Calibrator(factor=10, floor_s=0.5)
+    _, limits, calibration = await calibrator.calibrate(TASK, USER, judge_taking(0.2, 0.1))
+    assert (limits.wall_time_s, limits.cpu_time_s) == (2.0, 1.0)
+    assert calibration.to_json()["reference_wall_time_s"] == 0.2
+    assert calibration.calibrated
+    # A fast reference: the floor.
+    _, limits, _ = await Calibrator(factor=10, floor_s=0.5).calibrate(
+        TASK, USER, judge_taking(0.01, 0.01)
+    )
+    assert (limits.wall_time_s, limits.cpu_time_s) == (0.5, 0.5)
+    # A slow reference: never above the user's limit.
+    _, limits, _ = await Calibrator(factor=10, floor_s=0.5).calibrate(
+        TASK, USER, judge_taking(1.0, 1.0)
+    )
+    assert (limits.wall_time_s, limits.cpu_time_s) == (3.0, 3.0)
+
+
+async def test_the_reference_is_measured_once_per_task_for_concurrent_rollouts() -> None:
+    calls: list = []
+    calibrator = Calibrator()
+    judge = judge_taking(0.02, 0.01, calls=calls)
+    results = await asyncio.gather(*(calibrator.calibrate(TASK, USER, judge) for _ in range(20)))
+    assert len(calls) == 1
+    assert calls[0][1] == TASK.reference
+    assert calls[0][2] == USER  # measured under the user's limits
+    assert {limits.wall_time_s for _, limits, _ in results} == {1.0}
+
+
+@pytest.mark.parametrize(
+    ("task", "verdict", "reason"),
+    [
+        (TASK.model_copy(update={"reference": None}), Verdict.PASSED, "no reference"),
+        (TASK, Verdict.FAILED, "does not pass (failed)"),
+        (TASK, Verdict.TIMEOUT, "does not pass (timeout)"),
+    ],
+)
+async def test_without_a_passing_reference_the_user_limit_applies(
+    task: Task, verdict: Verdict, reason: str
+) -> None:
+    calibrator = Calibrator()
+    _, limits, calibration = await calibrator.calibrate(
+        task, USER, judge_taking(0.01, 0.01, verdict)
+    )
+    assert limits == USER
+    assert not calibration.calibrated
+    assert reason in calibration.to_json()["reason"]
+    assert calibration.wall_time_s == 3.0
+
+
+async def test_measurements_are_kept_on_disk_for_the_next_batch(tmp_path: Path) -> None:
+    calls: list = []
+    first = Calibrator(cache_dir=tmp_path, sandbox_name="bwrap")
+    await first.calibrate(TASK, USER, judge_taking(0.3, 0.2, calls=calls))
+    second = Calibrator(cache_dir=tmp_path, sandbox_name="bwrap")
+    _, limits, calibration = await second.calibrate(TASK, USER, judge_taking(9, 9, calls=calls))
+    assert len(calls) == 1
+    assert calibration.cached
+    assert limits.wall_time_s == 3.0  # 10 x 0.3 s, from the cache
+    # Another sandbox, or other limits, is another measurement.
+    other = Calibrator(cache_dir=tmp_path, sandbox_name="gvisor")
+    await other.calibrate(TASK, USER, judge_taking(0.3, 0.2, calls=calls))
+    assert len(calls) == 2
+
+
+async def test_cases_get_a_per_case_limit_from_the_slowest_case() -> None:
+    stdio = Task(
+        task_id="s/1",
+        kind="stdio",
+        prompt="echo",
+        test_cases=[{"input": "1\n", "output": "1\n"}, {"input": "2\n", "output": "2\n"}],
+        reference="print(input())",
+    )
+
+    async def judge(task: Task, completion: str, limits: Limits) -> Judgement:
+        cases = [
+            {"verdict": "passed", "wall_time_s": 0.05},
+            {"verdict": "passed", "wall_time_s": 0.3},
+        ]
+        return Judgement(
+            Verdict.PASSED, run=fake_result(wall_time_s=0.05), details={"cases": cases}
+        )
+
+    judged, limits, calibration = await Calibrator(factor=10, floor_s=1).calibrate(
+        stdio, USER, judge
+    )
+    assert judged.case_time_limit_s == 3.0  # 10 x the slowest case, 0.3 s
+    assert calibration.case_time_limit_s == 3.0
+    assert judged.run_limits(limits).wall_time_s == 3.0
+    judged, limits, calibration = await Calibrator(factor=2, floor_s=0.1).calibrate(
+        stdio, USER, judge
+    )
+    assert judged.case_time_limit_s == pytest.approx(0.6)
+    assert judged.run_limits(limits).wall_time_s == pytest.approx(0.6)
+    assert calibration.to_json()["reference_case_wall_time_s"] == 0.3
+
+
+def test_bad_factor_or_floor_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Calibrator(factor=0.5)
+    with pytest.raises(ValueError, match="positive"):
+        Calibrator(floor_s=0)
+
+
+async def test_a_runaway_rollout_stops_at_the_calibrated_limit_with_the_same_verdicts(
+    bwrap_sandbox,
+) -> None:
+    from execgym.sandbox import WarmPoolSandbox
+
+    completions = ["    return 1\n", "    return 2\n", "    while True:\n        pass\n"]
+    items = [
+        RolloutLine(i, Rollout(task_id="t/1", completion=c)) for i, c in enumerate(completions)
+    ]
+    verdicts = {}
+    async with WarmPoolSandbox() as pool:
+        for name, calibrator in (("fixed", None), ("calibrated", Calibrator(floor_s=0.5))):
+            scorer = Scorer({"t/1": TASK}, pool, USER, calibrator=calibrator)
+            results = await scorer.score(items, workers=2)
+            verdicts[name] = [r.verdict for r in results]
+            runaway = results[2]
+            if calibrator is None:
+                assert runaway.judgement.run.wall_time_s >= 2.9
+                assert "calibration" not in runaway.to_json()
+            else:
+                assert runaway.judgement.run.wall_time_s < 1.5
+                record = runaway.to_json()
+                assert record["limits"]["wall_time_s"] == 0.5
+                assert record["calibration"]["calibrated"] is True
+                assert record["calibration"]["reference_wall_time_s"] > 0
+    assert verdicts["fixed"] == verdicts["calibrated"]
+    assert verdicts["fixed"] == [Verdict.PASSED, Verdict.FAILED, Verdict.TIMEOUT]
+
+
+def test_command_line_calibrates_and_echoes_the_limits(
+    bwrap_sandbox, tmp_path: Path, monkeypatch
+) -> None:
+    from click.testing import CliRunner
+
+    from execgym.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{**ONE_TASK, "reference": "    return 1\n"}])
+    rollouts = write_jsonl(
+        tmp_path / "r.jsonl",
+        [{"task_id": "t/1", "completion": "    import time\n    time.sleep(60)\n"}],
+    )
+    out = tmp_path / "out.jsonl"
+    args = ["score", str(tasks), str(rollouts), "-o", str(out), "--timeout", "5"]
+    result = CliRunner().invoke(main, [*args, "--calibrate-limits", "--calibration-floor", "0.5"])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["verdict"] == "timeout"
+    assert record["wall_time_s"] < 2
+    assert record["limits"]["wall_time_s"] == 0.5
+    assert record["calibration"]["factor"] == 10.0
+    assert list((tmp_path / "cache" / "execgym" / "calibration").glob("*.json"))
