@@ -27,6 +27,12 @@ name (as scraped)                                         type       labels
 ``execgym_rollouts_scored_total``                         counter    ``verdict``
 ``execgym_rejected_total``                                counter
 ``execgym_in_flight`` / ``execgym_in_flight_limit``       gauge
+``execgym_episodes_live``                                 gauge
+``execgym_episodes_reclaimed``                            gauge
+``execgym_episodes_opened_total``                         counter
+``execgym_episode_steps_total``                           counter
+``execgym_episodes_finished_total``                       counter    ``end``
+``execgym_episode_final_reward``                          summary
 ========================================================  =========  =====================
 
 What they count:
@@ -46,6 +52,11 @@ What they count:
   (``cpu.stat`` / ``cpuacct.usage`` are cumulative, ``memory.peak`` /
   ``memory.max_usage_in_bytes`` keep the peak), else from rusage: no sampling thread is
   needed, since the kernel keeps the peak, and the same values are in every result.
+- *episodes* (``execgym serve``; read from its episode registry at scrape time): live
+  (holding a sandbox), reclaimed after their idle timeout, opened, steps taken,
+  finished by ``end`` (``terminated``: the task is over; ``truncated``: a budget ran
+  out), and the final rewards of finished episodes whose reward is not masked
+  (``_sum`` / ``_count``: the mean final reward).
 - *breaker state*: 0 closed, 1 half-open, 2 open (:mod:`execgym.breakers`), read from
   the breakers at scrape time.
 """
@@ -57,7 +68,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 from execgym.breakers import Breakers
@@ -86,6 +102,51 @@ class _BreakerCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return [GaugeMetricFamily("execgym_breaker_state", "", labels=["task_type"])]
+
+
+class _EpisodeCollector(Collector):
+    """The episode registry's counters, read when scraped (zeros until one is watched).
+
+    ``source`` is an :class:`execgym.server.episodes.EpisodeRegistry` (anything with
+    ``live``, ``reclaimed``, ``opened``, ``steps_taken``, ``finished``,
+    ``final_reward_sum`` and ``final_rewards``).
+    """
+
+    def __init__(self) -> None:
+        self.source: Any = None
+
+    def collect(self) -> Iterable[Metric]:
+        source = self.source
+        value = (lambda name: getattr(source, name)) if source is not None else (lambda _: 0)
+        yield GaugeMetricFamily(
+            "execgym_episodes_live", "Agent episodes holding a sandbox.", value("live")
+        )
+        yield GaugeMetricFamily(
+            "execgym_episodes_reclaimed",
+            "Agent episodes closed after their idle timeout, since start.",
+            value("reclaimed"),
+        )
+        yield CounterMetricFamily(
+            "execgym_episodes_opened", "Agent episodes opened, since start.", value("opened")
+        )
+        yield CounterMetricFamily(
+            "execgym_episode_steps", "Agent episode steps taken, since start.", value("steps_taken")
+        )
+        finished = CounterMetricFamily(
+            "execgym_episodes_finished",
+            "Agent episodes ended, by how (terminated: the task is over; truncated: a budget).",
+            labels=["end"],
+        )
+        ends = value("finished") or {}
+        for end in ("terminated", "truncated"):
+            finished.add_metric([end], ends.get(end, 0))
+        yield finished
+        yield SummaryMetricFamily(
+            "execgym_episode_final_reward",
+            "Final rewards of finished agent episodes (masked ones left out).",
+            count_value=value("final_rewards"),
+            sum_value=value("final_reward_sum"),
+        )
 
 
 class Metrics:
@@ -160,6 +221,8 @@ class Metrics:
         )
         self._breakers = _BreakerCollector()
         r.register(self._breakers)
+        self._episodes = _EpisodeCollector()
+        r.register(self._episodes)
         self.requests = Counter(
             "execgym_http_requests",
             "HTTP requests by route, method and status code.",
@@ -194,6 +257,10 @@ class Metrics:
             "execgym_in_flight_limit", "The in-flight capacity.", registry=r
         )
 
+    def watch_episodes(self, registry: Any) -> None:
+        """Export the counters of ``registry`` (the service's episodes) when scraped."""
+        self._episodes.source = registry
+
     def watch(self, breakers: Breakers) -> None:
         """Export ``breakers``' states as ``execgym_breaker_state``."""
         if breakers not in self._breakers.breakers:
@@ -219,6 +286,7 @@ class Metrics:
             "counter": ("_total",),
             "histogram": ("_bucket", "_sum", "_count"),
             "gauge": ("",),
+            "summary": ("_sum", "_count"),
         }
         return {
             family.name + suffix

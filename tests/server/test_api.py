@@ -290,6 +290,9 @@ async def test_openapi_lists_every_route() -> None:
         "/reset",
         "/step",
         "/state",
+        "/health",
+        "/schema",
+        "/metadata",
     }
     assert "RunCodeRequest" in spec["components"]["schemas"]
     assert "HTTPBearer" in spec["components"]["securitySchemes"]

@@ -18,6 +18,7 @@ from execgym.testing import FAKE_TOOLS, FakeEpisodeEnv, FakeSandbox, FakeTaskCat
 from tests.server.conftest import NO_TOOLS, serving
 
 TOOLS = [{"type": "function", "function": {"name": name}} for name in FAKE_TOOLS]
+SUBMIT = {"tool": "submit", "arguments": {}}
 FIX = {
     "tool": "write_file",
     "arguments": {"path": "calc.py", "content": "def add(a, b):\n    return a + b\n"},
@@ -257,3 +258,41 @@ async def test_the_client_waits_for_a_place_then_gives_up_after_max_wait() -> No
             assert second["episode_id"] != first["episode_id"]
             with pytest.raises(EpisodeNotFound):
                 await patient.step(first["episode_id"], {"tool": "list_dir"})
+
+
+async def test_status_and_metrics_count_programs_and_episodes() -> None:
+    """``/v1/status`` (the /status page's data) and ``/metrics`` see /run_code programs
+    and agent episodes, not only /v1/score rollouts."""
+    built: list[FakeEpisodeEnv] = []
+    async with serving(**app_kwargs(fake_backend(built))) as client:
+        ran = await client.post("/run_code", json={"code": "print(1)", "language": "python"})
+        assert ran.status_code == 200
+        solved = (await client.post("/v1/episodes", json={"task_id": "fake/fix-add"})).json()
+        await client.post(f"/v1/episodes/{solved['episode_id']}/step", json=FIX)
+        await client.post(f"/v1/episodes/{solved['episode_id']}/step", json={"tool": "submit"})
+        failed = (await client.post("/reset", json={"task_id": "fake/fix-add"})).json()
+        await client.post(
+            "/step", json={"episode_id": failed["metadata"]["episode_id"], "action": SUBMIT}
+        )
+        await client.post("/v1/episodes", json={"task_id": "fake/fix-add"})  # left open
+        status = (await client.get("/v1/status")).json()
+        metrics = (await client.get("/metrics")).text
+    assert status["programs"]["completed"] == 1
+    assert status["programs"]["outcomes"] == {"ok": 1}
+    assert status["programs"]["languages"] == {"python": 1}
+    assert status["programs"]["throughput_per_s"] > 0
+    assert status["episodes"] == {
+        "live": 1,
+        "opened": 3,
+        "steps": 3,
+        "finished": 2,
+        "terminated": 2,
+        "truncated": 0,
+        "reclaimed": 0,
+        "mean_final_reward": 0.5,
+    }
+    assert "execgym_episodes_opened_total 3.0" in metrics
+    assert "execgym_episode_steps_total 3.0" in metrics
+    assert 'execgym_episodes_finished_total{end="terminated"} 2.0' in metrics
+    assert "execgym_episode_final_reward_sum 1.0" in metrics
+    assert "execgym_episode_final_reward_count 2.0" in metrics

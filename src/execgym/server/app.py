@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import Gauge
 
 from execgym._version import __version__
 from execgym.breakers import from_spec
@@ -182,6 +181,7 @@ def create_app(
     service.status = board
     episode_backend = episodes_backend or default_episodes(settings)
     count_episodes(metrics, episode_backend.registry)
+    board.episodes = episode_backend.registry
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -221,17 +221,8 @@ def create_app(
 
 
 def count_episodes(metrics: Metrics, registry: EpisodeRegistry) -> None:
-    """Gauges of the live episodes and of those reclaimed idle, read at each scrape."""
-    live = Gauge(
-        "execgym_episodes_live", "Agent episodes holding a sandbox.", registry=metrics.registry
-    )
-    live.set_function(lambda: registry.live)
-    reclaimed = Gauge(
-        "execgym_episodes_reclaimed",
-        "Agent episodes closed after their idle timeout, since start.",
-        registry=metrics.registry,
-    )
-    reclaimed.set_function(lambda: registry.reclaimed)
+    """Export ``registry``'s episodes at each scrape (names: :mod:`execgym.metrics`)."""
+    metrics.watch_episodes(registry)
 
 
 def default_episodes(settings: ServerSettings) -> EpisodeBackend:

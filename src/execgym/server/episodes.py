@@ -20,6 +20,7 @@ import logging
 import math
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +109,11 @@ class EpisodeRegistry:
             forgotten; finished episodes are forgotten after it too.
         clock: Monotonic seconds; injectable for tests.
 
+    Counters since start (read by ``/v1/status`` and ``/metrics``): ``opened``,
+    ``steps_taken``, ``finished`` (``{"terminated" | "truncated": episodes}``),
+    ``reclaimed`` (closed idle), and ``final_reward_sum`` over ``final_rewards``
+    finished episodes whose final reward is not masked.
+
     Raises:
         ValueError: if a number is not positive.
     """
@@ -130,6 +136,11 @@ class EpisodeRegistry:
         self._opening = 0
         self._reaper: asyncio.Task[None] | None = None
         self.reclaimed = 0
+        self.opened = 0
+        self.steps_taken = 0
+        self.finished = Counter[str]()  # "terminated" or "truncated" -> episodes
+        self.final_reward_sum = 0.0
+        self.final_rewards = 0  # finished episodes whose final reward is not masked
 
     @property
     def live(self) -> int:
@@ -188,6 +199,7 @@ class EpisodeRegistry:
         if previous is not None:
             await self._close_env(previous)
         self._episodes[episode_id] = _Episode(episode_id, task_id_of(task), env, now, now)
+        self.opened += 1
         self._ensure_reaper()
         return episode_id, observation
 
@@ -219,15 +231,23 @@ class EpisodeRegistry:
                     )
                 observation, reward, terminated, truncated, info = await episode.env.step(action)
                 episode.steps += 1
+                self.steps_taken += 1
                 episode.reward = None if reward is None else float(reward)
                 episode.terminated, episode.truncated = bool(terminated), bool(truncated)
                 if episode.finished:
+                    self._count_end(episode)
                     env, episode.env = episode.env, None
                     await env.aclose()
         finally:
             episode.busy -= 1
             episode.used_at = self._clock()
         return StepOutcome(observation, episode.reward, bool(terminated), bool(truncated), info)
+
+    def _count_end(self, episode: _Episode) -> None:
+        self.finished["terminated" if episode.terminated else "truncated"] += 1
+        if episode.reward is not None:
+            self.final_reward_sum += episode.reward
+            self.final_rewards += 1
 
     def get(self, episode_id: str) -> EpisodeView:
         """The episode's state.

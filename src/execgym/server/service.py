@@ -78,6 +78,8 @@ class Service:
             outcome = await run_program(self.sandbox, request, self.toolchains)
         status = outcome.run.status.value if outcome.run else outcome.sandbox.status.value
         self.metrics.programs.labels(request.language, status).inc()
+        if self.status is not None:
+            self.status.record_program(request.language, status)
         return outcome
 
     async def ready(self) -> str | None:

@@ -14,6 +14,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
+from typing import Any
 
 from execgym.breakers import Breakers
 from execgym.metrics import Metrics
@@ -33,7 +34,10 @@ def status_page() -> str:
 
 
 class StatusBoard:
-    """Throughput, verdict mix and worker heartbeats of one service.
+    """Throughput, verdict mix and worker heartbeats of one service, and more.
+
+    Besides rollouts: programs run through ``/run_code`` and ``/v1/run``, and agent
+    episodes (``/v1/episodes``, OpenEnv's ``/reset``, ``/step`` and ``/ws``).
 
     Args:
         metrics: Read for active sandboxes and queue depth.
@@ -41,6 +45,11 @@ class StatusBoard:
         breakers: The circuit breakers (``None`` when turned off).
         worker: This process's worker name (for its heartbeat).
         clock: Monotonic seconds; wall: Unix seconds (both injectable for tests).
+
+    Attributes:
+        episodes: The episode registry whose counters the snapshot reports (anything
+            with ``live``, ``opened``, ``steps_taken``, ``finished``, ``reclaimed``,
+            ``final_reward_sum`` and ``final_rewards``); ``None`` until the app sets it.
     """
 
     def __init__(
@@ -63,6 +72,10 @@ class StatusBoard:
         self._recent: deque[float] = deque()
         self.verdicts: Counter[str] = Counter()
         self.heartbeats: dict[str, float] = {}
+        self._recent_programs: deque[float] = deque()
+        self.programs: Counter[str] = Counter()  # outcome (the run's status) -> programs
+        self.program_languages: Counter[str] = Counter()
+        self.episodes: Any = None
 
     def record(self, result: ScoredRollout) -> None:
         """Count one finished rollout."""
@@ -71,10 +84,37 @@ class StatusBoard:
         self.verdicts[result.verdict.value] += 1
         self._prune(now)
 
+    def record_program(self, language: str, outcome: str) -> None:
+        """Count one program run through ``/run_code`` or ``/v1/run``."""
+        now = self._clock()
+        self._recent_programs.append(now)
+        self.programs[outcome] += 1
+        self.program_languages[language] += 1
+        self._prune(now)
+
     def _prune(self, now: float) -> None:
         horizon = now - THROUGHPUT_WINDOW_S
-        while self._recent and self._recent[0] < horizon:
-            self._recent.popleft()
+        for recent in (self._recent, self._recent_programs):
+            while recent and recent[0] < horizon:
+                recent.popleft()
+
+    def _episodes(self) -> dict[str, object] | None:
+        registry = self.episodes
+        if registry is None:
+            return None
+        rewarded = registry.final_rewards
+        return {
+            "live": registry.live,
+            "opened": registry.opened,
+            "steps": registry.steps_taken,
+            "finished": sum(registry.finished.values()),
+            "terminated": registry.finished["terminated"],
+            "truncated": registry.finished["truncated"],
+            "reclaimed": registry.reclaimed,
+            "mean_final_reward": round(registry.final_reward_sum / rewarded, 4)
+            if rewarded
+            else None,
+        }
 
     def beat(self, worker: str | None = None) -> None:
         """Record a heartbeat of ``worker`` (default: this process's)."""
@@ -128,4 +168,11 @@ class StatusBoard:
             "open_breakers": sum(1 for b in breakers if b["state"] != "closed"),
             "breakers_enabled": self.breakers is not None,
             "workers": workers,
+            "programs": {
+                "completed": sum(self.programs.values()),
+                "throughput_per_s": round(len(self._recent_programs) / window, 3),
+                "outcomes": dict(sorted(self.programs.items())),
+                "languages": dict(sorted(self.program_languages.items())),
+            },
+            "episodes": self._episodes(),
         }
