@@ -418,3 +418,68 @@ async def test_del_hook_rewriting_the_output(hack_sandbox) -> None:
         "_ghost = _Ghost()\n"
     )
     assert_zero(await score(hack_sandbox, completion))
+
+
+# Issue 18, kind 4: work done in a child the solution never reaps (a zombie), or in an
+# orphaned grandchild, escaped the efficiency reward (0.04 inline, 0.71-0.97 forked,
+# while the run's cgroup showed the same CPU and 213 MB). The solution is charged with
+# its whole process tree: everything it left behind is reaped by the harness (a child
+# subreaper) and counted, the same way for the reference, with or without a cgroup.
+EFFICIENCY_TASK = Task(
+    task_id="hack/efficiency",
+    prompt="def add(a, b):\n",
+    tests="def check(candidate):\n    assert candidate(2, 3) == 5\n",
+    entry_point="add",
+    reference="    return a + b\n",
+)
+_WORK = (
+    "import time\nblob = bytearray(100 * 2**20)\nend = time.process_time() + 0.25\n"
+    "while time.process_time() < end:\n    pass\n"
+)
+
+
+def _indent(code: str, depth: int) -> str:
+    return "".join(" " * depth + line + "\n" for line in code.splitlines())
+
+
+EFFICIENCY_HACKS = {
+    "unreaped-child": "    import os\n    r, w = os.pipe()\n    if os.fork() == 0:\n"
+    + _indent(_WORK, 8)
+    + "        os.write(w, b'5')\n        os._exit(0)\n    return int(os.read(r, 1))\n",
+    "orphaned-grandchild": "    import os\n    r, w = os.pipe()\n    if os.fork() == 0:\n"
+    "        if os.fork() != 0:\n            os._exit(0)\n"
+    + _indent(_WORK, 8)
+    + "        os.write(w, b'5')\n        os._exit(0)\n    return int(os.read(r, 1))\n",
+}
+
+
+async def _efficiency(sandbox, completion: str) -> float:
+    from execgym.reward import Correctness, Efficiency, RewardSpec
+
+    spec = RewardSpec(name="efficiency", components=(Correctness(), Efficiency()))
+    limits = Limits(wall_time_s=20, cpu_time_s=20, memory_bytes=768 * MiB)
+    tasks = {EFFICIENCY_TASK.task_id: EFFICIENCY_TASK}
+    scorer = Scorer(tasks, sandbox, limits, reward=spec)
+    rollout = Rollout(task_id=EFFICIENCY_TASK.task_id, completion=completion)
+    result = await scorer.score_one(RolloutLine(0, rollout))
+    assert result.verdict is Verdict.PASSED, result.message
+    assert result.reward_breakdown is not None
+    score = result.reward_breakdown.components[1].score
+    assert score is not None, result.reward_breakdown.explanation
+    return score
+
+
+async def _work_elsewhere_is_charged(sandbox) -> None:
+    inline = await _efficiency(sandbox, _indent(_WORK, 4) + "    return a + b\n")
+    assert inline < 0.3
+    for name, completion in EFFICIENCY_HACKS.items():
+        hidden = await _efficiency(sandbox, completion)
+        assert hidden <= inline + 0.05, (name, hidden, inline)
+
+
+async def test_work_in_a_child_never_reaped_is_charged_to_the_solution(hack_sandbox) -> None:
+    await _work_elsewhere_is_charged(hack_sandbox)
+
+
+async def test_work_in_a_child_never_reaped_is_charged_under_gvisor(gvisor_sandbox) -> None:
+    await _work_elsewhere_is_charged(gvisor_sandbox)

@@ -432,15 +432,67 @@ class Tampered(BaseException):
 
 
 def make_non_dumpable():
-    """``prctl(PR_SET_DUMPABLE, 0)``: ``None``, or the error to report (before any fork)."""
+    """``prctl(PR_SET_DUMPABLE, 0)``: ``None``, or the error to report (before any fork).
+
+    The harness also becomes a child subreaper (``PR_SET_CHILD_SUBREAPER``), so every
+    process a solution starts and leaves behind is reparented to it when its parent
+    dies, and :meth:`Solution.stop` can charge its CPU time and memory to the solution
+    (:func:`reap_orphans`); in the warm pool the harness is its run's PID 1 already.
+    """
     try:
         import ctypes
 
-        if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        if prctl(4, 0, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+        if os.getpid() != 1 and prctl(36, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER, 1) failed")
     except Exception as error:
         return error
     return None
+
+
+LIVE_SOLUTIONS = set()
+"""The pids of the solution processes not yet stopped (never reaped as orphans)."""
+
+
+def reap_orphans():
+    """Kill and reap every child of the harness that is no live solution process.
+
+    Those are what a stopped solution left behind: children it never reaped (zombies)
+    and descendants still running, all reparented to the harness (a subreaper, or PID
+    1). Killing one reparents its own children in turn, so this repeats until none is
+    left. Returns (CPU seconds, peak memory in KiB) of them all: CPU time summed, and
+    peaks summed too, as if they peaked together (an upper bound), from ``wait4``.
+    """
+    me, cpu, peak = str(os.getpid()), 0.0, 0
+    for _ in range(1000):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in LIVE_SOLUTIONS:
+                continue
+            try:
+                with open("/proc/" + entry + "/stat", "rb") as handle:
+                    fields = handle.read().rpartition(b")")[2].split()
+            except OSError:
+                continue
+            if len(fields) > 1 and fields[1].decode() == me:
+                found.append(int(entry))
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        for pid in found:
+            try:
+                _, _, usage = os.wait4(pid, 0)
+            except ChildProcessError:
+                continue
+            cpu += usage.ru_utime + usage.ru_stime
+            peak += usage.ru_maxrss
+    return cpu, peak
 
 
 def read_part(read_exactly):
@@ -496,6 +548,7 @@ class Solution:
         if body is None:
             body, body_args = solution_process, (program, entry_point)
         self.pid, self.commands, self.answers = fork_untrusted(body, *body_args)
+        LIVE_SOLUTIONS.add(self.pid)
         self.entry_point = entry_point
         self.dumps, self.loads = codec
         self.send, _, self.receive = frames
@@ -753,7 +806,12 @@ class Solution:
         return self.call(args, kwargs)
 
     def stop(self):
-        """Kill the process (all calls are done) and collect its CPU time and peak memory."""
+        """Kill the process (all calls are done) and collect its CPU time and peak memory.
+
+        Its figures are those of its whole process tree: its own (with the children it
+        reaped), plus every process it left behind (:func:`reap_orphans`), so work done
+        in a child it never waits for is charged to it too.
+        """
         if self.status is not None:
             return self.status
         for fd in (self.commands, self.answers):
@@ -766,9 +824,11 @@ class Solution:
         except OSError:
             pass
         _, status, usage = os.wait4(self.pid, 0)
+        LIVE_SOLUTIONS.discard(self.pid)
         self.status = status
-        self.cpu_s = usage.ru_utime + usage.ru_stime
-        self.maxrss_kb = usage.ru_maxrss
+        left_cpu_s, left_maxrss_kb = reap_orphans()
+        self.cpu_s = usage.ru_utime + usage.ru_stime + left_cpu_s
+        self.maxrss_kb = usage.ru_maxrss + left_maxrss_kb
         return status
 
 

@@ -111,8 +111,12 @@ class Efficiency(BaseModel):
     """CPU time and peak memory relative to the reference, measured in the same run.
 
     ``0.5 * min(1, t_ref / t) + 0.5 * min(1, m_ref / m)`` with CPU seconds floored at
-    ``min_cpu_s`` (timer noise) and peak resident memory from ``wait4``. Range [0, 1];
-    not applicable (left out of the weights) for a task without a reference.
+    ``min_cpu_s`` (timer noise) and peak resident memory from ``wait4``, each of the
+    solution's (and the reference's) whole process tree: the processes it left behind,
+    zombies and orphans, are reaped by the harness and added (CPU summed, peaks summed
+    as an upper bound), so work done in a child that is never reaped is charged too;
+    measured this way with or without a cgroup. Range [0, 1]; not applicable (left out
+    of the weights) for a task without a reference.
     """
 
     model_config = _MODEL
