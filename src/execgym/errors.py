@@ -21,6 +21,7 @@ Error:
     └── BrokerError             the job queue could not do its job
         ├── BrokerUnavailable   the queue's service (Redis) cannot be reached
         ├── QueueFull           the queue is at its bound: back off and retry later
+        ├── JobsLost            the broker lost jobs of a batch, more often than allowed
         └── MessageError        a job or result message on the queue is malformed
     └── StorageError            the object store (execgym.storage) could not do its job
         ├── StorageUnavailable  the store cannot be reached or its backend is not installed
@@ -142,6 +143,27 @@ class QueueFull(BrokerError):
         self.retry_after_s = retry_after_s
         self.queued = queued
         self.max_queue_length = max_queue_length
+
+
+class JobsLost(BrokerError):
+    """The broker lost jobs of a batch (neither queued, running nor done) too often.
+
+    A Redis restarted without persistence (or flushed, or failed over to an empty
+    replica) forgets every job; :func:`execgym.broker.score_jobs` sees that, resubmits
+    the lost jobs, and raises this once a job has been lost more than
+    ``max_resubmits`` times, instead of waiting forever.
+
+    Attributes:
+        batch_id: The batch.
+        lost: Jobs lost this time.
+        total: Jobs in the batch.
+    """
+
+    def __init__(self, message: str, *, batch_id: str, lost: int, total: int) -> None:
+        super().__init__(message)
+        self.batch_id = batch_id
+        self.lost = lost
+        self.total = total
 
 
 class MessageError(BrokerError):

@@ -146,7 +146,9 @@ class RedisServer:
     keeps its files in ``directory``, and can be killed and started again on the same
     port and files (to test a restart). ``appendfsync`` is ``everysec`` (Redis's
     default); set it to ``"always"`` before :meth:`start` for every write on disk
-    before it is answered (nothing lost even on SIGKILL).
+    before it is answered (nothing lost even on SIGKILL). Set ``persistence`` to
+    ``False`` for no AOF and no snapshot at all: a restart then starts empty, as a
+    cache-style Redis (or a failover to an empty replica) does.
 
     Args:
         directory: Where its AOF files and ``redis.log`` go.
@@ -155,6 +157,7 @@ class RedisServer:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.appendfsync = "everysec"
+        self.persistence = True
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -174,7 +177,7 @@ class RedisServer:
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.directory),
-            "--appendonly", "yes",
+            "--appendonly", "yes" if self.persistence else "no",
             "--appendfsync", self.appendfsync,
             "--save", "",
             "--protected-mode", "no",

@@ -8,7 +8,9 @@ heartbeat. Results are stored once per ``job_id`` (the first one wins), so a job
 twice still has exactly one result.
 
 Implementations: :class:`~execgym.broker.memory.MemoryBroker` (in-process, the
-default) and :class:`~execgym.broker.redis_streams.RedisStreamsBroker`.
+default) and :class:`~execgym.broker.redis_streams.RedisStreamsBroker`. A broker whose
+service can lose data (Redis) also has ``audit(batch_id, job_ids) -> Audit``, which
+:func:`~execgym.broker.client.score_jobs` calls to find lost jobs and queue them again.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ class Delivery:
     problem: str = ""
     raw: str = ""
     already_done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Audit:
+    """What a broker knows of a batch's unfinished jobs (see ``audit`` on a broker).
+
+    Attributes:
+        lost: Ids of jobs the broker no longer has: not queued, not running, no result.
+        finished: Stored results of the jobs asked about.
+    """
+
+    lost: list[str]
+    finished: list[ResultMessage]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@
 Submitting runs alongside reading, so a batch larger than the queue's bound flows
 through it (back-pressure: the submitter waits for room), and a Redis restart in the
 middle is ridden out on both sides (the submitter re-sends the chunk it was sending;
-a job sent twice still has one result).
+a job sent twice still has one result). Jobs the broker loses (a Redis without
+persistence restarts empty) are found and queued again: a batch finishes, or raises
+:class:`~execgym.errors.JobsLost`; it never waits forever.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from execgym.broker.base import Broker
 from execgym.broker.messages import JobMessage, ResultMessage
-from execgym.errors import BrokerUnavailable
+from execgym.errors import BrokerUnavailable, JobsLost
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.tasks.loaders import LineProblem, RolloutLine
@@ -82,8 +84,16 @@ def _check_batch(jobs: Sequence[JobMessage]) -> str:
 
 
 async def _submit_all(
-    broker: Broker, jobs: Sequence[JobMessage], timeout_s: float | None, outage_timeout_s: float
+    broker: Broker,
+    jobs: Sequence[JobMessage],
+    timeout_s: float | None,
+    outage_timeout_s: float,
+    progress: list[int] | None = None,
 ) -> None:
+    """Submit ``jobs`` chunk by chunk, riding out outages.
+
+    ``progress[0]`` counts the jobs whose chunk the broker has accepted.
+    """
     for start in range(0, len(jobs), SUBMIT_CHUNK):
         chunk = jobs[start : start + SUBMIT_CHUNK]
         delay_s = 0.05
@@ -99,6 +109,79 @@ async def _submit_all(
                 log.warning("submit: %s; retrying in %.2f s", error, delay_s)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 2.0)
+        if progress is not None:
+            progress[0] = start + len(chunk)
+
+
+@dataclass
+class _Watch:
+    """The caller's side of one batch: what is queued, what is done, what was lost."""
+
+    broker: Broker
+    jobs: Sequence[JobMessage]
+    batch_id: str
+    incoming: asyncio.Queue[ResultMessage]
+    submit_timeout_s: float | None
+    outage_timeout_s: float
+    max_resubmits: int
+    submitted: list[int] = field(default_factory=lambda: [0])
+    done: set[str] = field(default_factory=set)
+    losses: dict[str, int] = field(default_factory=dict)
+
+    async def read(self) -> None:
+        """Pass the broker's announced results on."""
+        async for result in self.broker.results(self.batch_id, len(self.jobs)):
+            await self.incoming.put(result)
+
+    async def audit(self, interval_s: float) -> None:
+        """Find lost jobs every ``interval_s`` and queue them again.
+
+        Asks the broker about the queued, unfinished jobs; raises :class:`JobsLost`
+        for a job lost more than ``max_resubmits`` times.
+        """
+        audit = getattr(self.broker, "audit", None)
+        if audit is None:
+            return  # a broker that cannot lose jobs (in-process)
+        by_id = {job.job_id: job for job in self.jobs}
+        while True:
+            await asyncio.sleep(interval_s)
+            waiting = [
+                j.job_id for j in self.jobs[: self.submitted[0]] if j.job_id not in self.done
+            ]
+            if not waiting:
+                continue
+            try:
+                report = await audit(self.batch_id, waiting)
+            except BrokerUnavailable:
+                continue  # the results reader rides out (or reports) the outage
+            for result in report.finished:
+                await self.incoming.put(result)
+            lost = [job_id for job_id in report.lost if job_id not in self.done]
+            if lost:
+                await self._resubmit([by_id[job_id] for job_id in lost])
+
+    async def _resubmit(self, lost: list[JobMessage]) -> None:
+        total = len(self.jobs)
+        again = [job for job in lost if self.losses.get(job.job_id, 0) < self.max_resubmits]
+        what = (
+            f"the broker ({getattr(self.broker, 'name', 'broker')}) lost {len(lost)} of "
+            f"{total} jobs of batch {self.batch_id}: they are neither queued, running nor "
+            "done (a Redis restarted without persistence, flushed, or failed over to an "
+            "empty replica forgets its jobs)"
+        )
+        if len(again) < len(lost):
+            raise JobsLost(
+                f"{what}, and {len(lost) - len(again)} of them had been lost and queued "
+                f"again {self.max_resubmits} time(s) already; giving up. Turn on Redis "
+                "persistence (appendonly yes) or make the broker stable, then score again",
+                batch_id=self.batch_id,
+                lost=len(lost),
+                total=total,
+            )
+        log.warning("%s; queueing them again", what)
+        for job in again:
+            self.losses[job.job_id] = self.losses.get(job.job_id, 0) + 1
+        await _submit_all(self.broker, again, self.submit_timeout_s, self.outage_timeout_s)
 
 
 async def score_jobs(
@@ -108,42 +191,67 @@ async def score_jobs(
     ordered: bool = False,
     submit_timeout_s: float | None = None,
     outage_timeout_s: float = 120.0,
+    audit_interval_s: float = 5.0,
+    max_resubmits: int = 3,
 ) -> AsyncIterator[ResultMessage]:
     """Submit one batch and yield one result per job.
+
+    A batch finishes or fails loudly whatever the broker does: every
+    ``audit_interval_s`` the queued, unfinished jobs are checked with the broker
+    (``audit``, where it has one); jobs it has lost (a Redis restarted without
+    persistence comes back empty) are queued again, and a result whose announcement
+    was lost is taken from the store. A job lost more than ``max_resubmits`` times
+    raises :class:`~execgym.errors.JobsLost` naming how many were lost.
 
     Args:
         broker: Where to send the jobs; workers must be consuming it.
         jobs: One batch: the same ``batch_id``, distinct ``job_id`` values.
         ordered: Yield in the order of ``jobs`` instead of as they finish.
         submit_timeout_s: Longest wait for room in a full queue, per chunk.
-        outage_timeout_s: How long submitting rides out a broker that cannot be
-            reached (a Redis restart) before giving up.
+        outage_timeout_s: How long submitting and reading ride out a broker that
+            cannot be reached (a Redis restart) before giving up.
+        audit_interval_s: Seconds between checks for lost jobs.
+        max_resubmits: Times one job may be lost and queued again (0: fail at the
+            first loss).
 
     Raises:
         ValueError: if the jobs are not one batch with unique ids.
         QueueFull: if the queue stayed full past ``submit_timeout_s``.
         BrokerUnavailable: if the broker stayed unreachable past ``outage_timeout_s``.
+        JobsLost: if jobs were lost more than ``max_resubmits`` times.
     """
     if not jobs:
         return
     batch_id = _check_batch(jobs)
     order = {job.job_id: position for position, job in enumerate(jobs)}
-    submitter = asyncio.create_task(_submit_all(broker, jobs, submit_timeout_s, outage_timeout_s))
-    results = broker.results(batch_id, len(jobs))
+    watch = _Watch(
+        broker, jobs, batch_id, asyncio.Queue(), submit_timeout_s, outage_timeout_s, max_resubmits
+    )
+    helpers = [
+        asyncio.create_task(
+            _submit_all(broker, jobs, submit_timeout_s, outage_timeout_s, watch.submitted)
+        ),
+        asyncio.create_task(watch.read()),
+        asyncio.create_task(watch.audit(audit_interval_s)),
+    ]
     pending: dict[int, ResultMessage] = {}
     position = 0
-    reader: asyncio.Future[ResultMessage] | None = None
+    getter: asyncio.Future[ResultMessage] | None = None
     try:
-        while True:
-            reader = asyncio.ensure_future(anext(results))
-            await asyncio.wait({reader, submitter}, return_when=asyncio.FIRST_COMPLETED)
-            if submitter.done() and submitter.exception() is not None:
-                reader.cancel()
-                raise submitter.exception()  # type: ignore[misc]
-            try:
-                result = await reader
-            except StopAsyncIteration:
-                break
+        while len(watch.done) < len(jobs):
+            if getter is None or getter.done():
+                getter = asyncio.ensure_future(watch.incoming.get())
+            running = {task for task in helpers if not task.done()}
+            await asyncio.wait({getter, *running}, return_when=asyncio.FIRST_COMPLETED)
+            for task in helpers:
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            if not getter.done():
+                continue
+            result = getter.result()
+            if result.job_id in watch.done or result.job_id not in order:
+                continue
+            watch.done.add(result.job_id)
             if not ordered:
                 yield result
                 continue
@@ -152,13 +260,11 @@ async def score_jobs(
                 yield pending.pop(position)
                 position += 1
     finally:
-        for task in (submitter, reader):
+        for task in (*helpers, getter):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        with contextlib.suppress(RuntimeError):  # already closed by a cancelled read
-            await results.aclose()  # type: ignore[attr-defined]
 
 
 class _NothingRuns:

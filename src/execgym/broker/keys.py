@@ -10,12 +10,15 @@ name                           type    holds
 ``<prefix>:dead``              stream  jobs given up on, with the reason (capped)
 ``<prefix>:result:<job_id>``   string  the result of a job (JSON), kept ``result_ttl_s``
 ``<prefix>:done:<batch_id>``   stream  results of a batch as they finish, for its caller
+``<prefix>:batch:<batch_id>``  set     ids of the batch's jobs queued so far (its caller's
+                                       check that none was lost), kept ``result_ttl_s``
 ``<prefix>:worker:<name>``     string  a worker's heartbeat (JSON), expires when it dies
 =============================  ======  ================================================
 
 The consumer group on the jobs stream is :data:`GROUP`. The submit script in
-:mod:`execgym.broker.redis_streams` builds ``result`` and ``done`` names from the
-prefixes ``Keys.result("")`` and ``Keys.done("")`` it is given, so they stay defined here.
+:mod:`execgym.broker.redis_streams` builds ``result``, ``done`` and ``batch`` names from
+the prefixes ``Keys.result("")``, ``Keys.done("")`` and ``Keys.batch("")`` it is given,
+so they stay defined here.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ class Keys:
     def done(self, batch_id: str) -> str:
         """The stream announcing the results of ``batch_id``."""
         return f"{self.prefix}:done:{batch_id}"
+
+    def batch(self, batch_id: str) -> str:
+        """The set of ``batch_id``'s job ids queued so far."""
+        return f"{self.prefix}:batch:{batch_id}"
 
     def worker(self, name: str) -> str:
         """The heartbeat key of the worker ``name``."""

@@ -3,7 +3,8 @@
 Semantics (at least once, exactly one result per job):
 
 - **submit**: a Lua script skips jobs whose result is stored already (announcing it
-  to the batch instead: the ``job_id`` is an idempotency key), and adds the others only
+  to the batch instead: the ``job_id`` is an idempotency key), and adds the others (and
+  their ids to the batch's set, which :meth:`RedisStreamsBroker.audit` reads) only
   if the stream stays within
   ``max_queue_length`` (``XLEN`` counts waiting and running jobs, since finished ones are
   deleted); otherwise the caller waits or gets :class:`~execgym.errors.QueueFull` with a
@@ -22,7 +23,10 @@ Semantics (at least once, exactly one result per job):
   ``XDEL``, in one transaction.
 
 With ``appendonly yes`` and ``appendfsync always`` nothing acknowledged to a caller is
-lost when Redis restarts; with the default ``everysec``, up to a second of writes can be.
+lost when Redis restarts; with the default ``everysec``, up to a second of writes can be,
+and without persistence everything is. Lost jobs are found by their caller
+(:meth:`RedisStreamsBroker.audit`, called by :func:`execgym.broker.score_jobs`) and
+queued again, so a batch still finishes, or fails with :class:`~execgym.errors.JobsLost`.
 Every key name is in :mod:`execgym.broker.keys`.
 """
 
@@ -46,7 +50,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from execgym.broker.base import BrokerSettings, DeadLetter, Delivery, queue_full
+from execgym.broker.base import Audit, BrokerSettings, DeadLetter, Delivery, queue_full
 from execgym.broker.keys import GROUP, Keys
 from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.errors import BrokerError, BrokerUnavailable, MessageError
@@ -57,9 +61,10 @@ SUBMIT_CHUNK = 500
 """Jobs added per script call when a waiting submit splits a batch."""
 
 _SUBMIT = """
-local result_prefix, done_prefix, ttl = ARGV[2], ARGV[3], ARGV[4]
+local result_prefix, done_prefix, ttl, batch_prefix = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local fresh, n = {}, 0
-for i = 5, #ARGV, 3 do
+local batches = {}
+for i = 6, #ARGV, 3 do
   local stored = redis.call('GET', result_prefix .. ARGV[i])
   if stored then
     local done = done_prefix .. ARGV[i + 1]
@@ -67,16 +72,24 @@ for i = 5, #ARGV, 3 do
     redis.call('EXPIRE', done, ttl)
   else
     n = n + 1
-    fresh[n] = ARGV[i + 2]
+    fresh[n] = i
   end
 end
 local queued = redis.call('XLEN', KEYS[1])
 if queued + n > tonumber(ARGV[1]) then return -1 - queued end
-for i = 1, n do redis.call('XADD', KEYS[1], '*', 'job', fresh[i]) end
+for k = 1, n do
+  local i = fresh[k]
+  redis.call('XADD', KEYS[1], '*', 'job', ARGV[i + 2])
+  local batch = batch_prefix .. ARGV[i + 1]
+  redis.call('SADD', batch, ARGV[i])
+  batches[batch] = true
+end
+for batch in pairs(batches) do redis.call('EXPIRE', batch, ttl) end
 return queued + n
 """
-"""Queue a chunk of jobs (ARGV[5:]: job_id, batch_id, JSON) all or none, within the bound
-(ARGV[1]); a job whose result is stored already is not queued: its result is announced
+"""Queue a chunk of jobs (ARGV[6:]: job_id, batch_id, JSON) all or none, within the bound
+(ARGV[1]), and add each queued job's id to its batch's set (what its caller checks for
+lost jobs); a job whose result is stored already is not queued: its result is announced
 to its batch. Returns the new length, or -1 - length if full."""
 
 _STORE = """
@@ -216,7 +229,7 @@ class RedisStreamsBroker:
         chunk = max(1, min(SUBMIT_CHUNK, bound)) if wait else max(1, len(jobs))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ttl_s = max(1, math.ceil(self.settings.result_ttl_s))
-        head = [bound, self.keys.result(""), self.keys.done(""), ttl_s]
+        head = [bound, self.keys.result(""), self.keys.done(""), ttl_s, self.keys.batch("")]
         for start in range(0, len(jobs), chunk):
             part = jobs[start : start + chunk]
             payload = [f for job in part for f in (job.job_id, job.batch_id, job.to_json())]
@@ -335,6 +348,34 @@ class RedisStreamsBroker:
             raw = await self.redis.get(self.keys.result(job_id))
         return None if raw is None else ResultMessage.from_json(raw)
 
+    async def audit(self, batch_id: str, job_ids: Sequence[str]) -> Audit:
+        """Which of ``job_ids`` (queued by this batch's caller) the broker has lost.
+
+        A job is known while its id is in the batch's set (added atomically with its
+        queue entry, see the submit script) or its result is stored; a job that is
+        neither was lost with Redis's data (a restart without persistence, a flush, a
+        failover to an empty replica, the last second of an ``everysec`` AOF). Stored
+        results are returned too, in case their announcement was what was lost.
+
+        Raises:
+            BrokerUnavailable: if Redis cannot be reached.
+        """
+        lost: list[str] = []
+        finished: list[ResultMessage] = []
+        with self._errors("check the batch's jobs"):
+            for start in range(0, len(job_ids), 1000):
+                chunk = list(job_ids[start : start + 1000])
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.smismember(self.keys.batch(batch_id), chunk)
+                    pipe.mget([self.keys.result(job_id) for job_id in chunk])
+                    known, stored = await pipe.execute()
+                for job_id, queued, raw in zip(chunk, known, stored, strict=True):
+                    if raw is not None:
+                        finished.append(ResultMessage.from_json(raw))
+                    elif not queued:
+                        lost.append(job_id)
+        return Audit(lost, finished)
+
     def _store_args(self, result: ResultMessage) -> dict[str, Any]:
         keys = [self.keys.result(result.job_id), self.keys.done(result.batch_id)]
         ttl_s = max(1, math.ceil(self.settings.result_ttl_s))
@@ -431,8 +472,8 @@ class RedisStreamsBroker:
                     if fields["job_id"] not in seen:
                         seen.add(fields["job_id"])
                         yield ResultMessage.from_json(fields["result"])
-        with contextlib.suppress(BrokerError), self._errors("delete a finished batch's stream"):
-            await self.redis.delete(stream)
+        with contextlib.suppress(BrokerError), self._errors("delete a finished batch's keys"):
+            await self.redis.delete(stream, self.keys.batch(batch_id))
 
     async def aclose(self) -> None:
         """Close the connection pool."""
