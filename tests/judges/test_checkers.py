@@ -136,13 +136,31 @@ async def test_a_checker_crashing_on_the_rollouts_output_is_a_wrong_answer_not_a
         ("c", "#include <stdlib.h>\nint main(void) { abort(); }\n"),
     ],
 )
-async def test_a_checker_that_fails_on_the_expected_output_is_masked(
+async def test_a_checker_that_fails_on_the_expected_output_is_masked_as_the_tasks_fault(
     bwrap_sandbox, builder, language: str, source: str
 ) -> None:
     task = split_task({"language": language, "source": source})
     judgement = await judge(bwrap_sandbox, builder, printing("1 2 3\n"), task)
-    assert judgement.verdict is Verdict.SANDBOX_ERROR, judgement.message
+    assert judgement.verdict is Verdict.INVALID, judgement.message  # the task's fault
+    assert judgement.run is not None
     assert "fails on the task's expected output too" in judgement.message
+
+
+async def test_a_reference_check_that_does_not_finish_is_a_sandbox_error(
+    bwrap_sandbox, builder
+) -> None:
+    """Out of time on the expected output: the host's load may be to blame, so the
+    result is masked as ours (retried, never counted by a breaker), not the task's."""
+    source = (
+        "import sys, time\n"
+        "expected, actual = (open(n).read() for n in sys.argv[2:4])\n"
+        "if expected == actual:\n    time.sleep(60)\nsys.exit(3)\n"
+    )
+    task = split_task({"source": source})
+    limits = Limits(wall_time_s=1, memory_bytes=256 * MiB)
+    judgement = await StdioJudge(builder).judge(task, printing("1 2 3\n"), bwrap_sandbox, limits)
+    assert judgement.verdict is Verdict.SANDBOX_ERROR, judgement.message
+    assert "did not finish" in judgement.message
 
 
 async def test_the_reference_check_is_done_once_per_checker_and_case(

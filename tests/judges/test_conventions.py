@@ -247,3 +247,16 @@ async def test_deep_recursion_in_a_python_thread_is_bounded_by_memory(
     assert deep.verdict is Verdict.PASSED, deep.message
     endless = await judge(bwrap_sandbox, builder, "python", PY_THREAD, [("100000000", "0")])
     assert endless.verdict in (Verdict.MEMORY_EXCEEDED, Verdict.ERROR), endless.message
+
+
+async def test_a_standard_the_compiler_does_not_know_is_the_tasks_fault(bwrap_sandbox) -> None:
+    """Not every rollout's compile_error: the task is unusable here (invalid, masked)."""
+    from execgym import Rollout, Scorer
+
+    needs("cpp")
+    bad = task("cpp", [("", "1311")], conventions={"cpp_std": "gnu++99"})
+    scorer = Scorer({bad.task_id: bad}, bwrap_sandbox, LIMITS)
+    (result,) = await scorer.score([Rollout(task_id=bad.task_id, completion=CPP20)])
+    assert result.verdict is Verdict.INVALID, result.message
+    assert result.reward is None
+    assert "conventions.cpp_std 'gnu++99'" in result.message

@@ -128,11 +128,11 @@ async def test_a_compiled_checker_gets_the_three_files_as_arguments(bwrap_sandbo
 async def test_a_broken_checker_is_masked_not_the_models_fault(bwrap_sandbox, builder) -> None:
     task = stdio_task([("", "1")], checker={"source": "raise RuntimeError('checker bug')"})
     judgement = await judge(bwrap_sandbox, builder, "print(1)", task)
-    assert judgement.verdict is Verdict.SANDBOX_ERROR
+    assert judgement.verdict is Verdict.INVALID  # masked: the task's own checker is broken
     assert "checker" in judgement.message
     broken = stdio_task([("", "1")], checker={"language": "c", "source": "int main( {"})
     judgement = await judge(bwrap_sandbox, builder, "print(1)", broken)
-    assert judgement.verdict is Verdict.SANDBOX_ERROR
+    assert judgement.verdict is Verdict.INVALID
     assert "checker is unusable (compile_error)" in judgement.message
 
 

@@ -40,8 +40,8 @@ def summarize(cases: list[CaseResult], total: int) -> tuple[Verdict, dict[str, A
         "fraction_passed": passed / total if total else 0.0,
     }
     for index, case in enumerate(cases):
-        if case.verdict is Verdict.SANDBOX_ERROR:
-            return Verdict.SANDBOX_ERROR, details, index
+        if case.verdict in (Verdict.SANDBOX_ERROR, Verdict.INVALID):  # not the rollout's
+            return case.verdict, details, index
     for index, case in enumerate(cases):
         if case.verdict is not Verdict.PASSED:
             return case.verdict, details, index

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from execgym.errors import TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._python import python_command
 from execgym.sandbox._rlimits import RESERVES_ADDRESS_SPACE_ENV
@@ -185,29 +186,37 @@ ISO/IEC 9899:2024 and C++23 ISO/IEC 14882:2024, the newest published standards;
 ``gnu2x``/``gnu++2b`` are their names in GCC 12 and older)."""
 
 
-@functools.lru_cache(maxsize=16)
-def newest_standard(language: str, compiler: str, fingerprint: str) -> str:
-    """The newest ``-std=`` of :data:`STANDARDS` that ``compiler`` accepts.
+@functools.lru_cache(maxsize=64)
+def accepts_standard(language: str, compiler: str, fingerprint: str, standard: str) -> bool:
+    """Whether ``compiler`` accepts ``-std=standard`` (an empty translation unit compiles).
 
-    Found by compiling an empty translation unit with each on the host (the same
-    compiler binary the sandbox runs, under ``/usr``), once per compiler
-    (``fingerprint`` changes when it is replaced). The oldest candidate when none works
-    (the compile in the sandbox then reports the compiler's own message).
+    Run on the host, with the same compiler binary the sandbox runs (under ``/usr``), on
+    our own empty input, once per compiler and standard (``fingerprint`` changes when
+    the compiler is replaced).
     """
     del fingerprint  # part of the cache key only
     source_language = "c" if language == "c" else "c++"
+    try:
+        done = subprocess.run(  # a fixed argv on our own empty input
+            [compiler, f"-std={standard}", "-fsyntax-only", "-x", source_language, "-"],
+            input=b"",
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def newest_standard(language: str, compiler: str, fingerprint: str) -> str:
+    """The newest ``-std=`` of :data:`STANDARDS` that ``compiler`` accepts.
+
+    The oldest candidate when none works (the compile in the sandbox then reports the
+    compiler's own message).
+    """
     for standard in STANDARDS[language]:
-        try:
-            done = subprocess.run(  # a fixed argv on our own empty input
-                [compiler, f"-std={standard}", "-fsyntax-only", "-x", source_language, "-"],
-                input=b"",
-                capture_output=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            break
-        if done.returncode == 0:
+        if accepts_standard(language, compiler, fingerprint, standard):
             return standard
     return STANDARDS[language][-1]
 
@@ -218,12 +227,23 @@ def apply_conventions(
     """A C or C++ compile command under ``conventions``: its ``-std=`` and ``-D`` flags.
 
     Other languages' commands are returned unchanged.
+
+    Raises:
+        TaskError: if the task names a standard the compiler does not accept (the task's
+            fault, not every rollout's ``compile_error``: its rollouts are ``invalid``).
     """
     if language not in ("c", "cpp"):
         return argv
     chosen = conventions.c_std if language == "c" else conventions.cpp_std
     if chosen is None:
         chosen = newest_standard(language, argv[0], toolchain.fingerprint)
+    elif not accepts_standard(language, argv[0], toolchain.fingerprint, chosen):
+        field = "c_std" if language == "c" else "cpp_std"
+        raise TaskError(
+            f"the task's conventions.{field} {chosen!r} is not accepted by this host's "
+            f"compiler ({argv[0]}): name one it knows (e.g. {STANDARDS[language][-1]!r}), "
+            "or leave it unset for the newest it supports"
+        )
     out = [f"-std={chosen}" if word.startswith("-std=") else word for word in argv]
     if conventions.online_judge:
         out.insert(1, "-DONLINE_JUDGE")

@@ -30,8 +30,10 @@ due, prose, invalid UTF-8) must not buy the rollout a mask. So the rule
 - if it accepts that, it works, and what made it fail was the rollout's output: the
   case is ``failed``, with the checker's message;
 - only a checker that also fails on (or rejects) the expected output is the task's
-  fault: ``sandbox_error``, masked. A failure of the sandbox itself while running the
-  checker is ``sandbox_error`` at once.
+  fault, decided from the task alone: ``invalid``, masked (as a checker that does not
+  compile). A failure of the sandbox itself while running the checker, or a probe
+  that runs out of time (the host's load may be to blame), is ``sandbox_error``:
+  masked, retried, never counted by a breaker (:mod:`execgym.masking`).
 
 A C or C++ checker may ``#include "testlib.h"``: execgym's copy (testlib 0.9.45, MIT,
 ``execgym/judges/vendor``) is placed beside it, and such a checker gets testlib's
@@ -121,7 +123,7 @@ class StdioJudge:
         for case in (c for c in task.test_cases if isinstance(c, StdioCase)):
             result = await self._case(task, case, program, checker, sandbox, case_limits)
             cases.append(result)
-            if result.verdict is Verdict.SANDBOX_ERROR:
+            if result.verdict in (Verdict.SANDBOX_ERROR, Verdict.INVALID):
                 break
             if task.stop_on_first_failure and result.verdict is not Verdict.PASSED:
                 break
@@ -136,8 +138,13 @@ class StdioJudge:
             files = {**built.files, "checker.py": checker.source.encode("utf-8", "surrogatepass")}
             built = dataclasses.replace(built, files=files)
         if isinstance(built, Judgement):
+            verdict = Verdict.SANDBOX_ERROR  # a compiler out of time or memory: maybe the load
+            if built.verdict is Verdict.LANGUAGE_UNAVAILABLE:
+                verdict = Verdict.LANGUAGE_UNAVAILABLE
+            elif built.verdict is Verdict.COMPILE_ERROR and "ran out of" not in built.message:
+                verdict = Verdict.INVALID  # the task's checker does not compile
             return Judgement(
-                Verdict.SANDBOX_ERROR,
+                verdict,
                 built.run,
                 message=f"the task's checker is unusable ({built.verdict.value}): {built.message}",
             )
@@ -183,10 +190,17 @@ class StdioJudge:
         failure = f"{verdict_run.status.value}, exit code {verdict_run.exit_code}"
         if verdict_run.status is Status.SANDBOX_ERROR:
             return CaseResult(Verdict.SANDBOX_ERROR, run, f"the checker could not run: {said}")
-        broken = await self._fails_on_reference(spec, checker, case, sandbox, limits)
-        if broken:
+        broken, definite = await self._fails_on_reference(spec, checker, case, sandbox, limits)
+        if broken and not definite:
             return CaseResult(
                 Verdict.SANDBOX_ERROR,
+                run,
+                f"the task's checker failed ({failure}): {said}; checking it on the task's "
+                f"expected output did not finish ({broken})",
+            )
+        if broken:
+            return CaseResult(
+                Verdict.INVALID,
                 run,
                 f"the task's checker failed ({failure}): {said}; it fails on the task's "
                 f"expected output too ({broken}), so the fault is the task's",
@@ -216,11 +230,13 @@ class StdioJudge:
 
     async def _fails_on_reference(
         self, spec: Checker, checker: Program, case: StdioCase, sandbox: Sandbox, limits: Limits
-    ) -> str:
-        """Why the checker fails on the case's own expected output ("" if it accepts it).
+    ) -> tuple[str, bool]:
+        """Why the checker fails on the case's expected output, and whether that is definite.
 
-        A definite answer is kept for later rollouts of the task; a probe that ran out
-        of time or met a sandbox failure decides for this case only.
+        The reason is "" when the checker accepts the expected output. A definite answer
+        is kept for later rollouts of the task; a probe that ran out of time or met a
+        sandbox failure is not definite (the host's load or the sandbox may be to blame)
+        and decides for this case only.
         """
         key = hashlib.sha256(
             "\0".join(
@@ -228,7 +244,7 @@ class StdioJudge:
             ).encode("utf-8", "surrogatepass")
         ).hexdigest()
         if key in self._reference_checks:
-            return self._reference_checks[key]
+            return self._reference_checks[key], True
         expected = case.output.encode("utf-8")
         probe = await self._run_checker(spec, checker, case, expected, sandbox, limits)
         why = (
@@ -236,9 +252,10 @@ class StdioJudge:
             if probe.status is Status.OK
             else (f"{probe.status.value}, exit code {probe.exit_code}: {_said(probe)}")
         )
-        if probe.status not in (Status.TIME_LIMIT, Status.SANDBOX_ERROR):
+        definite = probe.status not in (Status.TIME_LIMIT, Status.SANDBOX_ERROR)
+        if definite:
             self._reference_checks[key] = why
-        return why
+        return why, definite
 
 
 def _said(run: RunResult) -> str:

@@ -147,8 +147,8 @@ class Checker(_Strict):
     an exception raised by a Python checker is the checker's own failure. Such a
     failure is then told apart (see :mod:`execgym.judges.stdio`): a checker that
     accepts the task's expected output failed because of the rollout's output, which is
-    ``failed``; only one that fails on the expected output too is masked
-    (``sandbox_error``).
+    ``failed``; only one that fails on the expected output too is masked, as the task's
+    fault (``invalid``).
 
     Attributes:
         language: The checker's language.
