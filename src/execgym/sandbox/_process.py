@@ -66,6 +66,9 @@ class ProcessSpec:
             :attr:`ProcessOutcome.bytes_written` is what it and every process it reaped
             wrote, read from ``/proc`` while it is a zombie (where the kernel lets an
             ordinary user read a zombie's I/O figures; root always can).
+        stdin_mode: File mode of stdin's in-memory file (default: memfd's 0777). gVisor
+            passes ``0o600``: a process of the run can then read the descriptor it was
+            given but not reopen the file through ``/proc/<pid>/fd/0``.
     """
 
     argv: Sequence[str]
@@ -84,6 +87,7 @@ class ProcessSpec:
     held_rlimits: Sequence[tuple[int, int, int]] = ()
     memory_bytes: int | None = None
     count_writes: bool = False
+    stdin_mode: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,6 +455,8 @@ async def launch(spec: ProcessSpec) -> Launched:
         fd_map[REPORT_FD] = pipes["report"][1]
     stdin_fd = memfd_with(spec.stdin, "execgym-stdin") if spec.stdin else None
     try:
+        if stdin_fd is not None and spec.stdin_mode is not None:
+            os.fchmod(stdin_fd, spec.stdin_mode)
         pid, inner = await spawn(
             spec, fd_map, stdout=pipes["stdout"][1], stderr=pipes["stderr"][1], stdin=stdin_fd
         )

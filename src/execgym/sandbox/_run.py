@@ -147,6 +147,7 @@ async def run_contained(
     hold_fds: tuple[int, int] | None = None,
     own_user_namespace: bool = False,
     count_writes: bool = False,
+    stdin_mode: int | None = None,
 ) -> RunResult:
     """Run ``argv`` in a fresh cgroup (when the host has one) and reclaim everything.
 
@@ -175,6 +176,7 @@ async def run_contained(
             that namespace's processes there, not the user's others.
         count_writes: The launcher is the program: measure the run's ``bytes_written``
             from it (see :attr:`~execgym.sandbox._process.ProcessSpec.count_writes`).
+        stdin_mode: File mode for stdin's in-memory file (see ``ProcessSpec``).
 
     Returns:
         The :class:`RunResult`; a failure to set the run up is a ``SANDBOX_ERROR``
@@ -214,6 +216,7 @@ async def run_contained(
             held_rlimits=held,
             memory_bytes=limits.memory_bytes if polls_memory(cgroup, apply_rlimits) else None,
             count_writes=count_writes,
+            stdin_mode=stdin_mode,
         )
         outcome = await run_process(spec)
     except OSError as error:

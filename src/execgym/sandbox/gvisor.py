@@ -16,11 +16,22 @@ How the run is wired to the host:
 - stdin, stdout and stderr are the launcher's own, which runsc hands to the program.
 - runsc cannot pass any other descriptor in, so the report channel (fd 3) is a named
   pipe in the run's host directory, bind-mounted at ``/.execgym/report`` (runsc's
-  ``--host-fifo=open``) and opened on fd 3 by a ``/bin/sh`` stub before it execs the
-  program. The host reads it like the pipe bwrap gets (same cap, same end of channel);
-  its buffer is 1 MiB, as gVisor cuts short a write to a full host FIFO.
+  ``--host-fifo=open``). The host reads it like the pipe bwrap gets (same cap, same
+  end of channel); its buffer is 1 MiB, as gVisor cuts short a write to a full host
+  FIFO. gVisor's ``/proc`` does not hide a non-dumpable process from processes of its
+  uid: they can reopen its ``/proc/<pid>/fd/N`` whenever the file's own mode lets them
+  (only that is checked), and read its ``environ``, ``cmdline`` and ``maps``. So a run
+  with a report channel starts as uid 0 of gVisor's kernel (with ``CAP_SETUID``,
+  ``CAP_SETGID`` and ``CAP_SETPCAP`` only): a ``/bin/sh`` stub opens the FIFO, which
+  is root's with mode 0600, on fd 3 and execs ``setpriv``, which drops to uid 65534,
+  empties the bounding set and execs the program. No process of the run can open the
+  FIFO again, by its path or through ``/proc`` (issue 18: a program wrote a fake
+  report there). Its stdin, the host's in-memory file, is root's with mode 0600 too,
+  so a harness's child cannot reopen the harness's ``/proc/<pid>/fd/0`` and read the
+  job (with the judge's nonce) from its start. Nothing secret may travel in the
+  environment or argv: every process of the run can read them.
 - ``files`` are written to a host directory, bind-mounted read-only at
-  ``/.execgym/files``, and copied into the tmpfs ``/work`` by the same stub (``cp``),
+  ``/.execgym/files``, and copied into the tmpfs ``/work`` by a stub (``cp``, as 65534),
   so the work dir has bwrap's size limit and is the program's to change.
 - ``runsc --ignore-cgroups`` keeps runsc, its Gofer and its Sentry in the run's own
   cgroup (without it runsc moves them to a cgroup of its own at the top of every
@@ -87,7 +98,23 @@ _INSTALL_HINT = (
 _HOST_TASKS_BASE = 256
 _HOST_TASKS_PER_PROCESS = 32
 _COPY_FILES = f"cp -R {CHANNEL_DIR}/files/. {WORK_DIR}/"
-_OPEN_REPORT = f"exec 3>{CHANNEL_DIR}/report"
+_OPEN_REPORT = f'exec 3>{CHANNEL_DIR}/report && exec "$@"'
+"""Run as uid 0 of gVisor's kernel: opens the report FIFO, which is root's (mode 0600), so
+that no process of uid 65534 can open it, by its path or by reopening a holder's
+``/proc/<pid>/fd/3`` (gVisor checks the file's own mode there, not dumpability), then
+execs ``setpriv`` (:data:`_DROP_TO_SANDBOX_UID`), which drops to 65534 for good."""
+_INIT_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+"""What a run with a report channel starts with, in gVisor's kernel only, for setpriv."""
+_DROP_TO_SANDBOX_UID = (
+    f"--reuid={SANDBOX_UID}",
+    f"--regid={SANDBOX_UID}",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+)
+
+
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
@@ -211,11 +238,18 @@ class GVisorSandbox(PythonAsFile):
                 "cgroup as root); run execgym as root, or use --isolation bwrap"
             )
         self._runsc = found
+        self._setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         paths = default_read_only_paths() if read_only_paths is None else read_only_paths
         self._read_only = resolve_paths(paths)
 
     def _spec(
-        self, command: list[str], env: Mapping[str, str], limits: Limits, mounts: list[Any]
+        self,
+        command: list[str],
+        env: Mapping[str, str],
+        limits: Limits,
+        mounts: list[Any],
+        *,
+        as_init: bool = False,
     ) -> dict[str, Any]:
         size = limits.disk_bytes
         cpu_s = math.ceil(limits.cpu_time_s) + 1
@@ -230,15 +264,21 @@ class GVisorSandbox(PythonAsFile):
         ]
         if _cgroup.detect_cgroups().version is None:  # nothing else limits memory then
             rlimits.append(_rlimit("RLIMIT_AS", limits.memory_bytes))
-        no_caps = ("bounding", "effective", "inheritable", "permitted", "ambient")
+        kinds = ("bounding", "effective", "inheritable", "permitted", "ambient")
+        capabilities: dict[str, list[str]] = {kind: [] for kind in kinds}
+        user = SANDBOX_UID
+        if as_init:  # uid 0 of gVisor's kernel until setpriv drops it (see _OPEN_REPORT)
+            user = 0
+            for kind in ("bounding", "effective", "permitted"):
+                capabilities[kind] = list(_INIT_CAPABILITIES)
         return {
             "ociVersion": "1.0.2",
             "process": {
-                "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
+                "user": {"uid": user, "gid": user},
                 "args": command,
                 "env": [f"{key}={value}" for key, value in env.items()],
                 "cwd": WORK_DIR,
-                "capabilities": {kind: [] for kind in no_caps},
+                "capabilities": capabilities,
                 "noNewPrivileges": True,
                 "rlimits": rlimits,
             },
@@ -280,19 +320,19 @@ class GVisorSandbox(PythonAsFile):
             _stage_files(run_dir / "files", files)
             mounts.append(_bind(str(run_dir / "files"), f"{CHANNEL_DIR}/files"))
             steps.append(_COPY_FILES)
-        if want_report:
-            (rootfs / CHANNEL_DIR.lstrip("/")).mkdir(exist_ok=True)
-            (rootfs / CHANNEL_DIR.lstrip("/") / "report").touch()
-            os.mkfifo(run_dir / "report", 0o600)
-            os.chown(run_dir / "report", SANDBOX_UID, SANDBOX_UID)
-            mounts.append(_bind(str(run_dir / "report"), f"{CHANNEL_DIR}/report", writable=True))
-            steps.append(_OPEN_REPORT)
         command = list(argv)
         if steps:
             # A constant script; the program's argv goes in as "$@", never into the text.
             script = " && ".join([*steps, 'exec "$@"'])
             command = ["/bin/sh", "-c", script, "sh", *command]
-        spec = self._spec(command, env, limits, mounts)
+        if want_report:
+            (rootfs / CHANNEL_DIR.lstrip("/")).mkdir(exist_ok=True)
+            (rootfs / CHANNEL_DIR.lstrip("/") / "report").touch()
+            os.mkfifo(run_dir / "report", 0o600)  # root's: see _OPEN_REPORT
+            mounts.append(_bind(str(run_dir / "report"), f"{CHANNEL_DIR}/report", writable=True))
+            drop = [self._setpriv, *_DROP_TO_SANDBOX_UID, "--"]
+            command = ["/bin/sh", "-c", _OPEN_REPORT, "sh", *drop, *command]
+        spec = self._spec(command, env, limits, mounts, as_init=want_report)
         (bundle / "config.json").write_text(json.dumps(spec))
         flags = [
             f"--root={run_dir / 'state'}",
@@ -374,6 +414,10 @@ class GVisorSandbox(PythonAsFile):
                 fd_map={},
                 want_report=want_report,
                 report_path=str(run_dir / "report") if want_report else None,
+                # root's, 0600: the program reads the fd it was given, but no process of
+                # the run can reopen it through /proc/<pid>/fd/0 (gVisor checks the
+                # file's mode there, not dumpability) and read a harness's job again.
+                stdin_mode=0o600 if want_report else None,
                 apply_rlimits=False,
                 shifted_signals=True,
                 enforcement=self._enforcement(limits),

@@ -119,8 +119,19 @@ def move_to_tmp(names: list) -> None:
     shutil.rmtree(STAGING, ignore_errors=True)
 
 
+def _ignore_signals() -> None:
+    # Steps run under our uid and may signal us: SIGINT ended this runner (Python's
+    # KeyboardInterrupt) before its report. A handler, not SIG_IGN, so that every step
+    # starts with the default dispositions again (exec resets handled signals, not
+    # ignored ones). SIGKILL and SIGSTOP cannot be caught: the run then has no report,
+    # which is a runtime error, never a pass.
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM"):
+        signal.signal(getattr(signal, name), lambda number, frame: None)
+
+
 def main() -> None:
     """Run the spec in ``sys.argv[1]`` and write the report to fd 3."""
+    _ignore_signals()
     _no_dumping()
     spec = json.loads(sys.argv[1])
     report_pipe = os.fdopen(REPORT_FD, "w")
