@@ -1,12 +1,13 @@
 """Contest judges' language conventions (issue 17), each overridable per task.
 
-Sources: Codeforces, AtCoder, Kattis and DMOJ run Python with ``site`` (``exit``/``quit``
-exist); AtCoder compiles C++ 23 as ``g++-12 -std=gnu++2b -DONLINE_JUDGE -DATCODER``,
-Kattis as ``g++ -std=gnu++23`` (github.com/Kattis/problemtools a185fe9741dd,
-``problemtools/config/languages.yaml``), Codeforces defines ``ONLINE_JUDGE``; Kattis and
-Codeforces give compiled programs a stack as large as the memory limit. Each test here
-fails on the main of 2026-12-02 (the Python thread one guards that the raised stack did
-not unbound Python).
+Sources (see ``execgym.tasks.models.Conventions``): AtCoder's language table
+(atcoder.jp/contests/abc262/rules: ``g++-12 -std=gnu++20 -DONLINE_JUDGE -DATCODER``, the
+stack set to the memory limit for Java and Node); DOMjudge at GCPC/NWERC
+(gcpc.nwerc.eu/system: ``-std=gnu++2b``/``-std=gnu2x`` with ``-DONLINE_JUDGE``; C, C++ and
+Python stacks "limited only by the total amount of memory"); Kattis problemtools
+(github.com/Kattis/problemtools a185fe9741dd, ``problemtools/config/languages.yaml``:
+``-std=gnu++23``). Each test here fails on the main of 2026-12-02 but the guards named so
+(a Python thread's recursion stays bounded by memory; ``__future__`` imports still work).
 """
 
 from __future__ import annotations

@@ -183,27 +183,38 @@ class Checker(_Strict):
 class Conventions(_Strict):
     """The conventions of contest judges a task's programs run under.
 
-    Each can be changed per task (``"conventions": {...}`` in the task's line).
+    Each can be changed per task (``"conventions": {...}`` in the task's line). Sources:
+    AtCoder's language table (atcoder.jp/contests/abc262/rules: C++ 20 as ``g++-12
+    -std=gnu++20 -O2 -DONLINE_JUDGE -DATCODER``, Java with ``-Xss{memory:mb}M`` and Node
+    with ``--stack-size={memory:kb}``: the stack is the memory limit); DOMjudge at
+    GCPC/NWERC (gcpc.nwerc.eu/system: ``g++ -std=gnu++2b ... -DONLINE_JUDGE``, ``gcc
+    -std=gnu2x ... -DONLINE_JUDGE``, and "for C, C++, and Python, the stack and heap
+    sizes are limited only by the total amount of memory available"); Kattis
+    problemtools (github.com/Kattis/problemtools a185fe9741dd,
+    ``problemtools/config/languages.yaml``: ``g++ -std=gnu++23``). All of them run
+    Python with ``site`` and on versions before CPython 3.11's int digit limit.
 
     Attributes:
-        python_exit: Python's ``exit()`` and ``quit()`` exist, as under ``site`` (the
-            sandbox starts Python without ``site``). Codeforces, AtCoder, Kattis and
-            DMOJ run Python with ``site``, where both exist.
+        python_exit: Python's ``exit()`` and ``quit()`` exist, as ``site`` defines them
+            (the sandbox starts Python without ``site``, where they are a
+            ``NameError``).
         python_int_max_str_digits: The limit on the digits of ``int``/``str``
-            conversions (CPython 3.11's ``sys.set_int_max_str_digits``); 0 is
-            unlimited, as on judges whose Python predates the limit (CPython's default
-            4300 makes printing a 5000-digit answer a ``ValueError``).
+            conversions (CPython 3.11's ``sys.set_int_max_str_digits``); 0 (default) is
+            unlimited, as on the judges' Pythons; CPython's own default, 4300, makes
+            printing a 5000-digit answer a ``ValueError``.
         c_std, cpp_std: ``-std=`` of C and C++ compiles; unset: the newest the host's
-            compiler accepts among ``gnu23, gnu2x, gnu17`` and ``gnu++23, gnu++2b,
-            gnu++20, gnu++17`` (AtCoder's C++ 23 is ``-std=gnu++2b`` on GCC 12;
-            Kattis compiles ``-std=gnu++23``, problemtools' ``languages.yaml``).
-        online_judge: Define ``ONLINE_JUDGE`` in C and C++ (``-DONLINE_JUDGE``: AtCoder
-            and Codeforces do, so a ``#ifndef ONLINE_JUDGE freopen(...)`` guard reads
-            stdin, not a file).
-        stack_bytes: The stack limit (``RLIMIT_STACK``) of compiled programs (C, C++,
-            Rust, Go): ``"memory"`` (default) is the run's memory limit, as Kattis
-            and Codeforces set it, so deep recursion is bounded by memory and not by
-            the 8 MiB default; a number of bytes; or ``None`` for the host's default.
+            compiler accepts among ``gnu23, gnu2x, gnu17, gnu11`` and ``gnu++23,
+            gnu++2b, gnu++20, gnu++2a, gnu++17`` (on GCC 12: ``gnu2x`` and ``gnu++23``).
+            One the compiler does not accept makes the task ``invalid``.
+        online_judge: Define ``ONLINE_JUDGE`` in C and C++ (``-DONLINE_JUDGE``, as
+            AtCoder and DOMjudge do), so a ``#ifndef ONLINE_JUDGE freopen(...)`` guard
+            reads stdin, not a file.
+        stack_bytes: The stack limit (``RLIMIT_STACK``) of compiled native programs (C,
+            C++, Rust, Go): ``"memory"`` (default) is the run's memory limit, so deep
+            recursion is bounded by memory and not by the 8 MiB default; a number of
+            bytes; or ``None`` for the sandbox's default. Python threads are not
+            changed: ``threading.stack_size`` is the program's to set, and its stack
+            is memory like any other.
     """
 
     python_exit: bool = True
