@@ -178,13 +178,15 @@ async def test_verl_instance_mode_keeps_one_episode_per_instance_and_release_clo
 
 
 def trl_tool_dicts(environment: Any) -> dict[str, Any]:
-    """The tools TRL takes from one environment instance."""
+    """The tools TRL takes from one environment instance (``GRPOTrainer.__init__``,
+    trl/trainer/grpo_trainer.py at f2cd57710ae345ea6428ae95363267fcf38a3dc8: neither
+    ``reset`` nor ``get_reward``, nor ``_`` names)."""
     methods = {}
     has_reset = False
     for name, member in inspect.getmembers(environment, predicate=inspect.ismethod):
         if name == "reset":
             has_reset = True
-        elif not name.startswith("_"):
+        elif name != "get_reward" and not name.startswith("_"):
             methods[member.__name__] = member
     assert has_reset
     return methods

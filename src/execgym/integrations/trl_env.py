@@ -20,10 +20,20 @@ get the instances as ``environments``::
 
 The tool methods are exactly the episode tools (``run_command``, ``read_file``,
 ``write_file``, ``list_dir``, ``apply_patch``, ``run_tests``, ``submit``), with the
-episode's argument names. The reward is the :attr:`EpisodeEnvironment.reward`
-attribute: 0.0 until ``submit`` (or the step budget) ends the episode, then the hidden
-tests' reward; ``None`` when masked. There is deliberately no public ``get_reward()``
-method: TRL would hand it to the model as a tool.
+episode's argument names. The reward is :meth:`EpisodeEnvironment.get_reward` (and the
+:attr:`EpisodeEnvironment.reward` attribute): 0.0 until ``submit`` (or the step budget)
+ends the episode, then the hidden tests' reward; ``None`` when masked (TRL turns it into
+NaN and leaves it out). TRL 1.8 and later (``GRPOTrainer.__init__`` in
+``trl/trainer/grpo_trainer.py``) never expose ``reset`` or ``get_reward`` to the model:
+an environment class with ``get_reward`` is a reward source of its own, so pass no
+``reward_funcs`` for it (``episode_reward`` as well would count the reward twice)::
+
+    trainer = GRPOTrainer(model=..., train_dataset=dataset,
+                          environment_factory=episode_environment(base_url=...))
+
+Older TRL releases do not know ``get_reward`` and would offer it to the model as a tool;
+with them, give ``reward_funcs=[episode_reward]`` and an environment class without it:
+``episode_environment(..., get_reward=False)``.
 """
 
 from __future__ import annotations
@@ -133,6 +143,10 @@ class EpisodeEnvironment:
             self._close()
         return observation_text(observation)
 
+    def _get_reward(self) -> float | None:
+        """The episode's reward: 0.0 until it ends; ``None`` when masked (our failure)."""
+        return self.reward
+
     def _close(self) -> None:
         env, self._env = self._env, None
         if env is not None:
@@ -223,6 +237,7 @@ def episode_environment(
     base_url: str | None = None,
     token_env: str = "EXECGYM_SERVER_TOKEN",
     task_id: str | None = None,
+    get_reward: bool = True,
     **env_options: Any,
 ) -> type[EpisodeEnvironment]:
     """An :class:`EpisodeEnvironment` class to pass as TRL's ``environment_factory``.
@@ -231,14 +246,19 @@ def episode_environment(
         base_url: An ``execgym serve`` playing the episodes; local sandboxes if ``None``.
         token_env: The variable holding its token (never put the token in code).
         task_id: The task of rows without a ``task_id`` column.
+        get_reward: Give the class TRL's ``get_reward()`` method (TRL 1.8 and later read
+            it as a reward source); ``False`` for older TRL, which would show it to the
+            model as a tool (use ``reward_funcs=[episode_reward]`` then).
         env_options: For local episodes, options of :func:`execgym.episodes.make_async`.
     """
-    attributes = {
+    attributes: dict[str, Any] = {
         "base_url": base_url,
         "token_env": token_env,
         "task_id": task_id,
         "env_options": dict(env_options),
     }
+    if get_reward:
+        attributes["get_reward"] = EpisodeEnvironment._get_reward
     return type("ConfiguredEpisodeEnvironment", (EpisodeEnvironment,), attributes)
 
 
