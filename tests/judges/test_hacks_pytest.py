@@ -276,3 +276,50 @@ async def test_good_nested_rollout_files_still_work(hack_sandbox) -> None:
         RolloutLine(0, rollout)
     )
     assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
+
+
+# The same kind by another door: files the rollout ships under a standard-library
+# package's name (xml/dom/minidom.py) were proxied in the harness as that package's module,
+# so a test checking the rollout's output with xml.dom.minidom ran the rollout's parser.
+STDLIB_PACKAGE = Task.model_validate(
+    {
+        "task_id": "hack/pytest-stdlib-package",
+        "kind": "pytest",
+        "test_files": {
+            "test_xml.py": "from solution import make\nimport xml.dom.minidom\n\n"
+            "def test_make():\n"
+            "    assert xml.dom.minidom.parseString(make()).documentElement.tagName == 'ok'\n"
+        },
+    }
+)
+FAKE_MINIDOM = {
+    "xml/__init__.py": "",
+    "xml/dom/__init__.py": "",
+    "xml/dom/minidom.py": "class _E:\n    tagName = 'ok'\n\n"
+    "class _D:\n    documentElement = _E()\n\n"
+    "def parseString(text):\n    return _D()\n",
+}
+
+
+async def _stdlib_package_hack(sandbox) -> None:
+    tasks = {STDLIB_PACKAGE.task_id: STDLIB_PACKAGE}
+    scorer = Scorer(tasks, sandbox, LIMITS)
+    wrong = Rollout(
+        task_id=STDLIB_PACKAGE.task_id,
+        completion="def make():\n    return '<bad/>'\n",
+        files=FAKE_MINIDOM,
+    )
+    assert_zero(await scorer.score_one(RolloutLine(0, wrong)))
+    right = Rollout(task_id=STDLIB_PACKAGE.task_id, completion="def make():\n    return '<ok/>'\n")
+    result = await scorer.score_one(RolloutLine(1, right))
+    assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
+
+
+async def test_rollout_files_never_stand_in_for_a_stdlib_package_module(hack_sandbox) -> None:
+    await _stdlib_package_hack(hack_sandbox)
+
+
+async def test_rollout_files_never_stand_in_for_a_stdlib_package_under_gvisor(
+    gvisor_sandbox,
+) -> None:
+    await _stdlib_package_hack(gvisor_sandbox)

@@ -253,14 +253,15 @@ class ModuleServer:
         import importlib.machinery
         import importlib.util
 
-        if "." not in fullname:
-            # A rollout's ``random.py`` never stands in for the standard library's (or a
-            # site-package's) here, even with the work directory first on sys.path.
-            here = os.getcwd()
-            elsewhere = [p for p in sys.path if os.path.abspath(p or ".") != here]
-            real = importlib.machinery.PathFinder.find_spec(fullname, elsewhere)
-            if real is not None:
-                return real
+        # A rollout's ``random.py`` never stands in for the standard library's (or a
+        # site-package's) here, even with the work directory first on sys.path; nor do
+        # its ``xml/dom/minidom.py`` for a module of a real package.
+        top = fullname.partition(".")[0]
+        here = os.getcwd()
+        elsewhere = [p for p in sys.path if os.path.abspath(p or ".") != here]
+        real = importlib.machinery.PathFinder.find_spec(top, elsewhere)
+        if real is not None:
+            return real if top == fullname else None
         package = self.modules[fullname][1]
         return importlib.util.spec_from_loader(fullname, self, is_package=package)
 
