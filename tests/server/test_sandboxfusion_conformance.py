@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -495,3 +496,20 @@ def test_files_outside_the_writable_directories_are_refused_by_name(client: Test
     )
     assert response.status_code == 422
     assert "'/etc/x' is outside the writable directories" in response.json()["message"]
+
+
+def test_loopback_ports_are_per_run(client: TestClient) -> None:
+    """Two programs serving on the same port at once both work: each run has its own
+    loopback (SandboxFusion's ``test_isolation_network_server_port_conflict``)."""
+    code = PROGRAMS["python"]["loopback"].replace("('127.0.0.1', 0)", "('127.0.0.1', 38123)")
+    code = code.replace("import http.server,", "import time, http.server,")
+    code += "\ntime.sleep(1)"  # both hold the port at the same time
+
+    def serve() -> dict[str, Any]:
+        return post(client, "python", code, network="loopback")
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda _: serve(), range(2)))
+    for answer in answers:
+        assert answer["status"] == "Success", answer
+        assert answer["run_result"]["stdout"] == "served\n"
