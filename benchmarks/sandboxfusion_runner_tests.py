@@ -81,7 +81,9 @@ def build_shim(root: Path, into: Path) -> None:
     (package / "server" / "sandbox_api.py").write_text(
         header + "from sandbox.runners import *\n\n" + models + "\n"
     )
-    client = "import httpx, os\nclient = httpx.Client(base_url=os.environ['EXECGYM_URL'], timeout=300)"  # noqa: E501
+    client = (
+        "import httpx, os\nclient = httpx.Client(base_url=os.environ['EXECGYM_URL'], timeout=300)"  # noqa: E501
+    )
     for name in FILES:
         text = _read(root, f"sandbox/tests/runners/test_{name}.py")
         if CLIENT_LINE not in text:

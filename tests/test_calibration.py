@@ -60,7 +60,13 @@ async def test_the_reference_is_measured_once_per_task_for_concurrent_rollouts()
     assert len(calls) == 1
     assert calls[0][1] == TASK.reference
     assert calls[0][2] == USER  # measured under the user's limits
-    assert {limits.wall_time_s for _, limits, _ in results} == {1.0}
+    # The first waits for the measurement; the others, started meanwhile, do not wait:
+    # they keep the user's limits, and say why.
+    assert results[0][1].wall_time_s == 1.0
+    assert {limits.wall_time_s for _, limits, _ in results[1:]} == {3.0}
+    assert "being measured" in results[1][2].to_json()["reason"]
+    _, limits, calibration = await calibrator.calibrate(TASK, USER, judge)
+    assert (limits.wall_time_s, calibration.calibrated, len(calls)) == (1.0, True, 1)
 
 
 @pytest.mark.parametrize(

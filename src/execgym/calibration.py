@@ -20,10 +20,11 @@ calibration each task's limit is measured instead:
 - Never above the user's limit (command line or task), and the user's limit as it is
   where there is no usable reference (none, or it does not pass): a calibrated limit
   can only end a runaway rollout sooner.
-- Measured once per task and kept: in memory for the batch (rollouts of a task wait
-  for its one measurement), and on disk (``~/.cache/execgym/calibration``, keyed by the
+- Measured once per task and kept: in memory for the batch, and on disk (``~/.cache/execgym/calibration``, keyed by the
   SHA-256 of the task, the sandbox, the limits and this host and interpreter), so the
-  next batch does not measure again.
+  next batch does not measure again. A rollout of the task that starts while its
+  reference is being measured does not wait for it: it runs under the user's limits
+  (its ``calibration`` says so).
 
 Each result carries its ``calibration`` (reference times, factor, floor, the
 calibrated limits, or why none) and the effective ``limits`` it ran under.
@@ -188,6 +189,12 @@ class Calibrator:
         """
         key = self._key(task, limits)
         future = self._measured.get(key)
+        if future is not None and not future.done():
+            # Another rollout of the task is measuring its reference: this one does not
+            # wait (both sandboxes would idle on one measurement), it keeps the user's
+            # limits, which a calibrated limit is never above.
+            why = "the reference was being measured (for another rollout of this task)"
+            return self._apply(task, limits, Measurement(why_not=why), False)
         if future is None:
             future = asyncio.get_running_loop().create_future()
             self._measured[key] = future

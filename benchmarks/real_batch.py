@@ -1,0 +1,224 @@
+"""A realistic RL batch through execgym (fixed and calibrated limits) and a plain harness.
+
+The batch is :mod:`mutant_workload`'s (HumanEval references and mutants, with rare
+infinite loops, sleeps, unbounded recursion, memory bombs, megabytes of output and
+raises mixed in), scored in one run, one configuration after the other, each with the
+same number of programs at once and the same time limit:
+
+- plain: ``subprocess.run([python, "-I", "-c", program], timeout=limit)`` per rollout,
+  with ``RLIMIT_AS`` at the memory limit (a naive harness: no isolation); a rollout
+  passes when the program (prompt + completion + tests + ``check``) exits 0;
+- execgym, fixed limits: ``execgym score --dataset humaneval ROLLOUTS --timeout LIMIT``
+  (warm pool, bwrap), end to end;
+- execgym, calibrated: the same with ``--calibrate-limits`` (each task's limit from its
+  reference's time, measured in this run: a fresh calibration cache).
+
+For each: wall time, rollouts/s, CPU per rollout (user + system time of the whole
+process tree: ``RUSAGE_CHILDREN`` for the plain harness, samples of the command's
+live process tree for execgym, so every sandbox and the zygote are counted) and
+pass@1 (mean over tasks of passed / rollouts). Targets (issue 23): calibrated at least
+2x the plain harness's rollouts/s with the same pass@1 to 0.1 point.
+
+    .venv/bin/python benchmarks/real_batch.py [--per-task 20] [--timeout 3] [--workers 2]
+
+Figures measured while other work loads the machine are noisy: compare the ratios
+within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from mutant_workload import make_workload
+
+from execgym import load_dataset
+from execgym.judges.assert_tests import build_program
+
+MEMORY_BYTES = 512 << 20
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and its live descendants, with what each has reaped.
+
+    ``utime + stime + cutime + cstime`` of every live process of the tree: a process
+    that exits is added to its parent's ``cutime``/``cstime`` when reaped, so nothing is
+    counted twice (the warm pool's zygote reaps each run it forks).
+    """
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(value) for value in fields[11:15]) / _TICK
+    tree = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return sum(times.get(pid, 0.0) for pid in tree)
+
+
+def run_sampled(
+    argv: list[str], env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``argv``; its whole process tree's CPU seconds, sampled every 0.1 s.
+
+    A tree whose processes are killed rather than reaped (a sandbox's namespace torn
+    down at exit) would lose their CPU from ``RUSAGE_CHILDREN``; the samples keep the
+    largest total seen, so at most the last 0.1 s is missed.
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env)
+        best = 0.0
+        while proc.poll() is None:
+            best = max(best, tree_cpu_s(proc.pid))
+            time.sleep(0.1)
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
+    return done, best
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def pass_at_1(passed: list[tuple[str, bool]]) -> float:
+    """Mean over tasks of the share of its rollouts that passed (in percent)."""
+    per_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for task_id, ok in passed:
+        per_task[task_id][0] += 1
+        per_task[task_id][1] += ok
+    return 100 * sum(c / n for n, c in per_task.values()) / len(per_task)
+
+
+def plain(rollouts: list[dict], timeout_s: float, workers: int) -> list[tuple[str, bool]]:
+    tasks = load_dataset("humaneval")
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+
+    def one(rollout: dict) -> tuple[str, bool]:
+        task = tasks[rollout["task_id"]]
+        program = (
+            build_program(task, rollout["completion"])
+            + f"\n\n{task.tests}\n\ncheck({task.entry_point})\n"
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-c", program],
+                capture_output=True,
+                timeout=timeout_s,
+                preexec_fn=limit_memory,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return task.task_id, False
+        return task.task_id, done.returncode == 0
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, rollouts))
+
+
+def execgym_cli(
+    rollouts_path: Path, timeout_s: float, workers: int, folder: Path, calibrated: bool
+) -> tuple[list[tuple[str, bool]], dict[str, int], float]:
+    out = folder / ("calibrated.jsonl" if calibrated else "fixed.jsonl")
+    argv = [sys.executable, "-m", "execgym", "score", "--dataset", "humaneval"]
+    argv += [str(rollouts_path), "-o", str(out), "--timeout", str(timeout_s)]
+    argv += ["--workers", str(workers), "--k", "1"]
+    if calibrated:
+        argv.append("--calibrate-limits")
+    env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}  # measured in this run
+    done, cpu_s = run_sampled(argv, env)
+    if done.returncode != 0:
+        raise SystemExit(f"execgym score failed ({done.returncode}): {done.stderr[-2000:]}")
+    passed: list[tuple[str, bool]] = []
+    verdicts: dict[str, int] = defaultdict(int)
+    with out.open() as results:
+        for line in results:
+            record = json.loads(line)
+            passed.append((record["task_id"], record["verdict"] == "passed"))
+            verdicts[record["verdict"]] += 1
+    return passed, dict(verdicts), cpu_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-task", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=3.0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-plain", action="store_true")
+    args = parser.parse_args()
+    rollouts = make_workload(args.per_task, args.seed)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        rollouts_path = folder / "rollouts.jsonl"
+        rollouts_path.write_text("".join(json.dumps(r) + "\n" for r in rollouts))
+        configs = [("execgym, fixed limits", False), ("execgym, calibrated", True)]
+        if not args.skip_plain:
+            configs.insert(0, ("plain subprocess.run", None))
+        for name, calibrated in configs:
+            cpu0, wall0 = _children_cpu(), time.perf_counter()
+            if calibrated is None:
+                passed, verdicts = plain(rollouts, args.timeout, args.workers), {}
+                cpu = _children_cpu() - cpu0
+            else:
+                passed, verdicts, cpu = execgym_cli(
+                    rollouts_path, args.timeout, args.workers, folder, calibrated
+                )
+            wall = time.perf_counter() - wall0
+            rows.append((name, wall, len(passed) / wall, 1000 * cpu / len(passed), passed))
+            print(f"{name}: {wall:.1f} s, verdicts {verdicts}", flush=True)
+    print(
+        f"\n{len(rollouts)} rollouts (HumanEval x {args.per_task}, seed {args.seed}), "
+        f"{args.workers} at once, limit {args.timeout:g} s"
+    )
+    header = ("configuration", "wall s", "rollouts/s", "CPU ms/rollout", "pass@1 %")
+    print(f"{header[0]:<24} {header[1]:>8} {header[2]:>11} {header[3]:>15} {header[4]:>9}")
+    for name, wall, rate, cpu_ms, passed in rows:
+        print(f"{name:<24} {wall:>8.1f} {rate:>11.1f} {cpu_ms:>15.1f} {pass_at_1(passed):>9.2f}")
+    by_name = {row[0]: row for row in rows}
+    calibrated_row, fixed_row = by_name["execgym, calibrated"], by_name["execgym, fixed limits"]
+    print(
+        f"calibrated vs fixed: {calibrated_row[2] / fixed_row[2]:.2f}x rollouts/s, pass@1 "
+        f"{pass_at_1(calibrated_row[4]) - pass_at_1(fixed_row[4]):+.2f} points"
+    )
+    if "plain subprocess.run" in by_name:
+        plain_row = by_name["plain subprocess.run"]
+        print(
+            f"calibrated vs plain: {calibrated_row[2] / plain_row[2]:.2f}x rollouts/s "
+            f"(target >= 2x), pass@1 {pass_at_1(calibrated_row[4]) - pass_at_1(plain_row[4]):+.2f}"
+            " points (target within 0.1)"
+        )
+
+
+if __name__ == "__main__":
+    main()
