@@ -157,7 +157,7 @@ async def test_a_runaway_rollout_stops_at_the_calibrated_limit_with_the_same_ver
     async with WarmPoolSandbox() as pool:
         for name, calibrator in (("fixed", None), ("calibrated", Calibrator(floor_s=0.5))):
             scorer = Scorer({"t/1": TASK}, pool, USER, calibrator=calibrator)
-            results = await scorer.score(items, workers=2)
+            results = await scorer.score(items, workers=1)  # the reference first
             verdicts[name] = [r.verdict for r in results]
             runaway = results[2]
             if calibrator is None:
