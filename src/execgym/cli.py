@@ -1020,10 +1020,13 @@ def serve(
         app = create_app(settings)
     except Error as error:
         raise click.ClickException(str(error)) from error
+    from execgym.server.protocol import header_deadline_protocol
+
+    http = header_deadline_protocol(settings.header_timeout_s)
     if logs.json_configured():  # uvicorn's records go to our JSON handler, not its own
-        uvicorn.run(app, host=host, port=port, log_level="info", log_config=None)
+        uvicorn.run(app, host=host, port=port, log_level="info", log_config=None, http=http)
     else:
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        uvicorn.run(app, host=host, port=port, log_level="info", http=http)
 
 
 @main.command()

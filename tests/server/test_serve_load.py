@@ -3,10 +3,12 @@
 Unauthenticated clients declare 62 MiB bodies (the field case: eight of them took the
 server from 68 to ~590 MiB), send what they can and stall; others stream chunked
 bodies; authenticated clients trickle bodies a byte at a time or declare oversized
-ones. Meanwhile an authenticated client runs programs. The server process's resident
+ones; others connect and send nothing, or trickle their headers (slowloris).
+Meanwhile an authenticated client runs programs. The server process's resident
 memory is sampled from ``/proc`` throughout: its growth must stay under
 :data:`RSS_BOUND_BYTES`, every hostile connection must be answered (401, 408, 413)
-and closed by the server, and every authenticated program must be served.
+or, without complete headers, closed by the server at its deadline, and every
+authenticated program must be served.
 
 Everything stops by itself: sockets have timeouts, the whole attack is bounded by
 :data:`ATTACK_S`, and the server is stopped with SIGTERM (then killed) at the end.
@@ -44,6 +46,8 @@ ATTACK_S = 4.0
 """Longest any one hostile client keeps sending."""
 IDLE_TIMEOUT_S = 1.0
 """The server's body idle timeout (and grace before the rate counts) in this test."""
+HEADER_TIMEOUT_S = 1.0
+"""The server's deadline for request headers in this test."""
 
 
 def free_port() -> int:
@@ -71,6 +75,7 @@ def serve() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         **os.environ,
         "EXECGYM_SERVER_TOKEN": TOKEN,
         "EXECGYM_SERVER_BODY_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
+        "EXECGYM_SERVER_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
     }
     argv = [sys.executable, "-m", "execgym", "serve", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--workers", "1"]
@@ -109,6 +114,7 @@ class Client:
     sent: int = 0
     closed_by_server: bool = False
     answered_after_s: float | None = None
+    closed_after_s: float | None = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -121,7 +127,8 @@ def attack(port: int, client: Client, stop: threading.Event) -> None:
     piece = b"x" * MiB
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         started = time.monotonic()
-        sock.sendall(client.head)
+        if client.head:
+            sock.sendall(client.head)
         sock.settimeout(0.2)
         answer = b""
         while time.monotonic() - started < ATTACK_S and not stop.is_set():
@@ -141,7 +148,9 @@ def attack(port: int, client: Client, stop: threading.Event) -> None:
                 if client.answered_after_s is None:
                     client.answered_after_s = time.monotonic() - started
             try:  # a hostile client ignores the answer and keeps sending
-                if client.body == "trickle":
+                if client.body == "nothing":
+                    time.sleep(0.05)
+                elif client.body == "trickle":
                     sock.send(b"x")
                     client.sent += 1
                     time.sleep(0.25)
@@ -158,6 +167,8 @@ def attack(port: int, client: Client, stop: threading.Event) -> None:
                 with contextlib.suppress(OSError):
                     answer += sock.recv(65536)
                 break
+        if client.closed_by_server:
+            client.closed_after_s = time.monotonic() - started
         if answer.startswith(b"HTTP/1.1 "):
             client.status = int(answer[9:12])
         while not stop.is_set() and not client.closed_by_server:
@@ -206,6 +217,13 @@ def test_hostile_bodies_cannot_grow_the_server_and_authenticated_work_is_served(
                 for i in range(2)
             ),
         ]
+        clients += [  # slowloris: the request headers never complete
+            *(Client(f"idle-connection-{i}", b"", "nothing") for i in range(4)),
+            *(
+                Client(f"slow-headers-{i}", b"POST /run_code HTTP/1.1\r\nX-Slow: ", "trickle")
+                for i in range(4)
+            ),
+        ]
         stop = threading.Event()
         threads = [
             threading.Thread(target=attack, args=(port, c, stop), daemon=True) for c in clients
@@ -242,11 +260,18 @@ def test_hostile_bodies_cannot_grow_the_server_and_authenticated_work_is_served(
         for client in clients:
             print(
                 f"  {client.name}: status {client.status}, answered after "
-                f"{client.answered_after_s}, sent {client.sent} B, closed {client.closed_by_server}"
+                f"{client.answered_after_s}, sent {client.sent} B, closed after "
+                f"{client.closed_after_s}"
             )
         assert served == [200, 200, 200]
         assert growth < RSS_BOUND_BYTES
-        expected = {"unauth": 401, "auth-trickle": 408, "auth-oversized": 413}
+        expected = {
+            "unauth": 401,
+            "auth-trickle": 408,
+            "auth-oversized": 413,
+            "idle-connection": None,  # closed without an answer
+            "slow-headers": None,
+        }
         for client in clients:
             want = next(code for prefix, code in expected.items() if client.name.startswith(prefix))
             assert client.status == want, client
@@ -255,6 +280,9 @@ def test_hostile_bodies_cannot_grow_the_server_and_authenticated_work_is_served(
             if client.name.startswith(("unauth", "auth-oversized")):
                 assert client.answered_after_s is not None
                 assert client.answered_after_s < 3.0, client  # from the headers alone
-            else:  # trickled: cut after the grace period, long before ATTACK_S
+            elif client.name.startswith("auth-trickle"):  # cut after the grace period
                 assert client.answered_after_s is not None
                 assert client.answered_after_s < IDLE_TIMEOUT_S + 2.5, client
+            else:  # no complete headers: closed at the deadline, long before ATTACK_S
+                assert client.closed_after_s is not None
+                assert client.closed_after_s < HEADER_TIMEOUT_S + 2.5, client

@@ -36,6 +36,9 @@ class ServerSettings:
             seconds (then 408); also the grace period before the average rate counts.
         min_body_rate_bytes_per_s: Slowest average rate of a request body after
             ``body_idle_timeout_s``, in bytes per second (then 408).
+        header_timeout_s: Longest a connection of ``execgym serve`` may take to send a
+            request's headers, in seconds, from when it opens or its previous response
+            ends; then it is closed (uvicorn has no such timeout of its own).
         allow_no_token: Let ``execgym serve`` listen on an address other than loopback
             without a token (refused otherwise: anyone who reaches it could run code).
         max_batch: Most rollouts in one ``POST /v1/score``.
@@ -73,6 +76,7 @@ class ServerSettings:
     max_body_bytes: int = 64 * MiB
     body_idle_timeout_s: float = 10.0
     min_body_rate_bytes_per_s: int = 16 * 1024
+    header_timeout_s: float = 10.0
     allow_no_token: bool = False
     max_batch: int = 10_000
     job_ttl_s: float = 3600.0
