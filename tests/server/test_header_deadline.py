@@ -54,7 +54,6 @@ def server() -> Iterator[int]:
         port=port,
         log_level="warning",
         http=header_deadline_protocol(DEADLINE_S),
-        ws="websockets",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
