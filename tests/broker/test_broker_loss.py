@@ -19,6 +19,8 @@ import pytest
 from execgym.broker import ResultMessage, score_jobs
 from execgym.broker.redis_streams import RedisStreamsBroker
 from execgym.errors import JobsLost
+from execgym.testing import FakeSandbox, harness_pass
+from execgym.worker import Worker, WorkerSettings
 from tests.broker.conftest import FAST, RedisServer, job, reap, spawn_fake_worker
 
 
@@ -101,3 +103,34 @@ async def test_a_batch_lost_more_often_than_allowed_fails_naming_how_many(
     assert caught.value.total == 50
     assert "50 of 50 jobs" in str(caught.value)
     assert "persistence" in str(caught.value)
+
+
+async def test_jobs_flushed_from_redis_and_an_announcement_lost_are_both_recovered(
+    client: RedisStreamsBroker,
+) -> None:
+    # A FLUSHDB (or the last second of an everysec AOF) after the batch was queued: the
+    # queue and the batch's set are gone; one job's result is stored but was never
+    # announced on the batch's stream.
+    jobs = [job(i) for i in range(20)]
+    batch = asyncio.create_task(_collect(score_jobs(client, jobs, audit_interval_s=0.3)))
+    async with asyncio.timeout(10):
+        while await client.queued() < 20:
+            await asyncio.sleep(0.02)
+    await client.redis.flushdb()
+    stored = ResultMessage(job_id="b/10", batch_id="b", result={"index": 10, "verdict": "passed"})
+    await client.redis.set(client.keys.result("b/10"), stored.to_json())
+    worker = Worker(client, FakeSandbox(harness_pass), WorkerSettings(concurrency=4, block_s=0.2))
+    running = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(30):
+            results = await batch
+    finally:
+        worker.stop()
+        await running
+    assert sorted(r.job_id for r in results) == sorted(j.job_id for j in jobs)
+    assert next(r for r in results if r.job_id == "b/10").result == stored.result
+    assert worker.stats.done == 19  # the stored one was not run again
+
+
+async def _collect(stream: AsyncIterator[ResultMessage]) -> list[ResultMessage]:
+    return [result async for result in stream]
