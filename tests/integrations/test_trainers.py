@@ -165,6 +165,60 @@ def test_readme_verl_lines_load_through_verls_loader() -> None:
     )
 
 
+TWO_SUM = (
+    "```python\nclass Solution:\n    def twoSum(self, nums, target):\n"
+    "        seen = {}\n        for i, n in enumerate(nums):\n"
+    "            if target - n in seen:\n                return [seen[target - n], i]\n"
+    "            seen[n] = i\n```<|im_end|>"
+)
+ADD_SUB = "```python\ndef add(a, b):\n    return a + b\ndef sub(a, b):\n    return a - b\n```"
+
+
+def leetcode_rows(count: int) -> list[dict[str, Any]]:
+    """The first rows of LeetCodeDataset v0.3.1 (shipped with execgym), as on the hub."""
+    import gzip
+
+    from execgym.tasks.datasets._files import data_path
+
+    path = data_path("leetcodedataset", "LeetCodeDataset-v0.3.1-test.jsonl.gz")
+    with gzip.open(path, "rt") as lines:
+        return [json.loads(line) for _, line in zip(range(count), lines, strict=False)]
+
+
+def test_ground_truth_shapes_through_verls_loader() -> None:
+    fn = verl_reward.get_custom_reward_fn(verl_config("compute_score"))
+
+    def verdict(solution: str, truth: Any) -> str:
+        return fn(data_source="t", solution_str=solution, ground_truth=json.dumps(truth))["verdict"]
+
+    # verl's assert_case as LeetCode-style data sets write it, and several functions
+    assert_two_sum = {"assert_case": ["assert Solution().twoSum([2, 7, 11, 15], 9) == [0, 1]"]}
+    assert verdict(TWO_SUM, assert_two_sum) == "passed"
+    assert verdict(WRONG, assert_two_sum) != "passed"
+    both = {"assert_case": ["assert add(1, 2) == 3", "assert sub(3, 1) == 2"]}
+    assert verdict(ADD_SUB, both) == "passed"
+    helper = {
+        "assert_case": [
+            "def near(a, b):\n    return abs(a - b) < 1e-9",
+            "assert near(add(0.1, 0.2), 0.3)",
+        ]
+    }
+    assert verdict(ADD_SUB, helper) == "passed"
+    # APPS / TACO raw call-based: the argument list is spread, LeetCode classes too
+    apps = {
+        "fn_name": "twoSum",
+        "inputs": [[[2, 7, 11, 15], 9], [[3, 3], 6]],
+        "outputs": [[[0, 1]], [[0, 1]]],
+    }
+    assert verdict(TWO_SUM, apps) == "passed"
+    assert verdict(TWO_SUM.replace("[seen[target - n], i]", "[i, i]"), apps) == "failed"
+    # LeetCodeDataset rows (prompt, test, entry_point "Solution().method")
+    for row in leetcode_rows(3):
+        truth = {k: row[k] for k in ("prompt", "test", "entry_point")}
+        assert verdict(f"```python\n{row['completion']}\n```", truth) == "passed", row["task_id"]
+        assert verdict("```python\nclass Solution:\n    pass\n```", truth) == "error"
+
+
 @pytest.mark.parametrize("reward", ["binary", "fraction", "quality"])
 async def test_64_samples_through_verls_reward_loop_aggregation(
     reward: str, monkeypatch: pytest.MonkeyPatch

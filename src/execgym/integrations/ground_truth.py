@@ -17,7 +17,8 @@ The shapes that arrive from trainers' data sets, each a JSON string or a dict:
   "output": ..., "type": "stdin_stdout"}]}`` (also nested under ``verification_info``);
 - Hugging Face's ``openai_humaneval`` columns: ``{"prompt", "test", "entry_point"}``
   (``test`` defines ``check(candidate)``; ``prompt``, the signature and its imports,
-  is put before the completion);
+  is put before the completion); LeetCodeDataset's rows have the same columns, with
+  ``entry_point`` ``"Solution().twoSum"``;
 - Hugging Face's ``mbpp`` columns: ``{"test_list": [...]}`` with ``test_setup_code``
   (full) or ``test_imports`` (sanitized), and ``challenge_test_list`` (added);
 - execgym's own task record (``prompt``, ``tests``, ``entry_point``...).
@@ -31,11 +32,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import sys
 from typing import Any
 
 from pydantic import ValidationError
 
 from execgym.errors import TaskError
+from execgym.tasks.datasets._files import imported_modules, with_python_libraries
 from execgym.tasks.models import Task
 
 
@@ -225,9 +228,12 @@ def record_from_ground_truth(
 
 
 def humaneval_record(task_id: str, row: dict[str, Any]) -> dict[str, Any]:
-    """A task from Hugging Face ``openai_humaneval`` columns.
+    """A task from Hugging Face ``openai_humaneval`` columns (or LeetCodeDataset's).
 
-    ``prompt``, ``test``, ``entry_point``; ``task_id`` is kept when present.
+    ``prompt``, ``test``, ``entry_point``; ``task_id`` is kept when present. A
+    LeetCodeDataset entry point, ``"Solution().twoSum"``, names a method of the
+    solution's ``class Solution``; a prompt importing third-party modules gets the
+    host's site-packages (as :mod:`execgym.tasks.datasets.leetcode` does).
 
     Raises:
         TaskError: if ``test`` or ``entry_point`` is not a string.
@@ -235,10 +241,15 @@ def humaneval_record(task_id: str, row: dict[str, Any]) -> dict[str, Any]:
     test, entry_point = row.get("test"), row.get("entry_point")
     if not isinstance(test, str) or not isinstance(entry_point, str):
         raise TaskError("a HumanEval row needs the string columns test and entry_point")
-    prompt = row.get("prompt")
+    prompt = row.get("prompt") if isinstance(row.get("prompt"), str) else ""
+    if "(" in entry_point:  # LeetCodeDataset: "Solution().twoSum", a method of Solution
+        entry_point = entry_point.rsplit(".", 1)[-1].strip()
+    third_party = [m for m in imported_modules(prompt) if m not in sys.stdlib_module_names]
+    if third_party:  # LeetCodeDataset's preamble imports sortedcontainers: the host's
+        prompt = with_python_libraries(prompt)  # site-packages, as its loader does
     return {
         "task_id": str(row.get("task_id") or task_id),
-        "prompt": prompt if isinstance(prompt, str) else "",
+        "prompt": prompt,
         "tests": test,
         "entry_point": entry_point,
     }
