@@ -20,11 +20,11 @@ calibration each task's limit is measured instead:
 - Never above the user's limit (command line or task), and the user's limit as it is
   where there is no usable reference (none, or it does not pass): a calibrated limit
   can only end a runaway rollout sooner.
-- Measured once per task and kept: in memory for the batch, and on disk (``~/.cache/execgym/calibration``, keyed by the
-  SHA-256 of the task, the sandbox, the limits and this host and interpreter), so the
-  next batch does not measure again. A rollout of the task that starts while its
-  reference is being measured does not wait for it: it runs under the user's limits
-  (its ``calibration`` says so).
+- Measured once per task and kept: in memory for the batch, and on disk
+  (``~/.cache/execgym/calibration``, keyed by the SHA-256 of the task, the sandbox,
+  the limits and this host and interpreter), so the next batch does not measure
+  again. A rollout of the task that starts while its reference is being measured
+  does not wait for it: it runs under the user's limits (its ``calibration`` says so).
 
 Each result carries its ``calibration`` (reference times, factor, floor, the
 calibrated limits, or why none) and the effective ``limits`` it ran under.
@@ -36,6 +36,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import platform
 import sys
@@ -48,6 +49,8 @@ from execgym.limits import Limits
 if TYPE_CHECKING:
     from execgym.judges.base import Judgement
     from execgym.tasks.models import Task
+
+log = logging.getLogger(__name__)
 
 DEFAULT_FACTOR = 10.0
 """Calibrated limit = this many times the reference's time (at least the floor)."""
@@ -168,6 +171,7 @@ class Calibrator:
         self.cache_dir = cache_dir
         self._sandbox_name = sandbox_name
         self._measured: dict[str, asyncio.Future[tuple[Measurement, bool]]] = {}
+        self._keys: dict[tuple[str, Limits], str] = {}
         self.measurements = 0
         """Reference runs made (not served from a cache)."""
 
@@ -254,6 +258,9 @@ class Calibrator:
             judgement = await judge(task, task.reference, limits)
         except Error as error:  # not kept: the next batch measures again
             return Measurement(why_not=f"the reference could not be judged: {error}"), False
+        except Exception as error:  # our bug: the user's limits, never a lost batch
+            log.exception("calibration_crashed task_id=%s", task.task_id)
+            return Measurement(why_not=f"the reference could not be judged: {error!r}"), False
         self.measurements += 1
         if judgement.verdict is Verdict.SANDBOX_ERROR:  # ours: not kept, tried again
             return Measurement(why_not=f"the reference run failed: {judgement.message}"), False
@@ -277,6 +284,13 @@ class Calibrator:
         return measurement, False
 
     def _key(self, task: Task, limits: Limits) -> str:
+        memo = (task.task_id, limits)  # a task id names one task within a batch
+        key = self._keys.get(memo)
+        if key is None:
+            key = self._keys[memo] = self._content_key(task, limits)
+        return key
+
+    def _content_key(self, task: Task, limits: Limits) -> str:
         text = json.dumps(
             [
                 CACHE_VERSION,
