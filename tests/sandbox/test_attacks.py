@@ -71,7 +71,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,15 +79,18 @@ import pytest
 
 import execgym.errors
 from execgym.limits import Limits, MiB, parse_size
-from execgym.sandbox import RunResult, Status
+from execgym.sandbox import RunResult, Status, WarmPoolSandbox
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
 from execgym.sandbox.bwrap import SANDBOX_UID
 from tests.conftest import descendants, processes_with, run_cgroups
 
-BACKENDS = ["bwrap", "prestarted", "gvisor"]
+BACKENDS = ["bwrap", "prestarted", "pool", "gvisor"]
 """Real backends the corpus runs on: a new one is one more name here, given a
-``<name>_sandbox`` fixture in tests/conftest.py (which skips, or fails in CI, where the
-backend cannot run) and, where it differs, ``key[<name>]`` lines in the headers."""
+``<name>_sandbox`` fixture in tests/conftest.py or this module (which skips, or fails
+in CI, where the backend cannot run) and, where it differs, ``key[<name>]`` lines in
+the headers. ``pool`` is the warm pool (:class:`WarmPoolSandbox`): its runs are Python
+only, so each program runs as ``run_python`` of a few lines that exec the program's
+file with the marker as ``sys.argv[1]`` (see :func:`pool_script`)."""
 
 HOST_TAGS = ("rlimits", "userns")
 """Header tags for the host a backend runs on (see the module's docstring)."""
@@ -98,7 +101,7 @@ def host_tags(backend: str) -> tuple[str, ...]:
     tags = []
     if detect_cgroups().version is None:
         tags.append("rlimits")
-    if backend in ("bwrap", "prestarted") and os.geteuid() != 0:
+    if backend in ("bwrap", "prestarted", "pool") and os.geteuid() != 0:
         tags.append("userns")
     return tuple(tags)
 
@@ -369,19 +372,30 @@ class HostState:
             checkout=_checkout_files(),
         )
 
-    def changes(self, tag: str, names: set[str], *, wait_s: float = 0.0) -> list[str]:
+    def changes(
+        self, tag: str, names: set[str], *, wait_s: float = 0.0, children_wait_s: float = 0.0
+    ) -> list[str]:
         """What is new on the host since this snapshot and belongs to the run(s).
 
         Args:
             tag: The marker of one run, or the prefix of every marker of the module.
             names: File names of the corpus programs run (to recognise their work dirs).
             wait_s: How long a new file of ours may take to go away.
+            children_wait_s: How long a new process of the test's tree may take to go
+                away (a warm-pool run is reported while its PID 1, every other process
+                of it already gone, is still tearing its namespaces down).
         """
         problems = []
         if leaked := processes_with(tag):
             problems.append(f"processes with {tag} alive: {leaked}")
-        children = descendants(os.getpid())
-        if new := {pid: s for pid, s in children.items() if pid not in self.children}:
+        deadline = time.monotonic() + children_wait_s
+        while True:
+            children = descendants(os.getpid())
+            new = {pid: s for pid, s in children.items() if pid not in self.children}
+            if not new or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        if new:
             problems.append(f"new child processes of the test (Z = zombie): {new}")
         if cgroups := run_cgroups():
             problems.append(f"run cgroups left: {cgroups}")
@@ -427,6 +441,27 @@ def _host_address() -> str | None:
 
 
 # --- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def pool_sandbox(bwrap_sandbox: object) -> AsyncIterator[WarmPoolSandbox]:
+    """A warm pool whose zygote is running before the test's host snapshot, with no inits
+    staged ahead (they would be new processes of the test's tree after the run)."""
+    pool = WarmPoolSandbox()
+    pool._stage_target = 0
+    async with pool:
+        yield pool
+
+
+def pool_script(name: str, marker: str) -> bytes:
+    """A pooled run's script that runs the corpus file ``name`` as ``name marker`` would."""
+    return (
+        "import sys\n"
+        f"sys.argv = [{name!r}, {marker!r}]\n"
+        f"with open({name!r}, 'rb') as handle:\n"
+        f"    code = compile(handle.read(), {name!r}, 'exec')\n"
+        f"exec(code, {{'__name__': '__main__', '__file__': {name!r}}})\n"
+    ).encode()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -597,6 +632,15 @@ async def test_hostile_program_is_contained(
     argv = [os.path.realpath(sys.executable), "-I", "-S", hostile.path.name, marker]
     if name == "prestarted":  # the run must take a sandbox set up before the snapshot
         assert await sandbox.prestart(expect.limits)
+
+    def launch() -> Awaitable[RunResult]:
+        if name == "pool":
+            script = pool_script(hostile.path.name, marker)
+            return sandbox.run_python(
+                script, files=files, limits=expect.limits, env=host_targets.env()
+            )
+        return sandbox.run(argv, files=files, limits=expect.limits, env=host_targets.env())
+
     before = HostState.capture()
     result: RunResult | None = None
     program_problems: list[str] = []  # what the program did or how its run ended
@@ -618,17 +662,17 @@ async def test_hostile_program_is_contained(
             patch.setattr(subprocess, "Popen", SpyPopen)
             patch.setattr(RunCgroup, "create", spy_create)
             with pytest.raises(expect.raises):
-                await sandbox.run(argv, files=files, limits=expect.limits, env=host_targets.env())
+                await launch()
         if started:
             host_problems.append(f"started before raising: {started}")
     else:
         begun = time.monotonic()
-        result = await sandbox.run(argv, files=files, limits=expect.limits, env=host_targets.env())
+        result = await launch()
         elapsed = time.monotonic() - begun
         if name == "prestarted":
             assert "prestarted" in result.enforcement.get("start", ""), result.enforcement
         program_problems += _check_result(
-            result, expect, elapsed, "bwrap" if name == "prestarted" else name
+            result, expect, elapsed, "bwrap" if name in ("prestarted", "pool") else name
         )
         output = result.stdout + result.stderr
         host_problems += [
@@ -639,7 +683,9 @@ async def test_hostile_program_is_contained(
     if name == "prestarted":  # what it prestarts next is not the run's: reclaim it first
         await sandbox.aclose()
     host_problems += host_targets.problems()
-    host_problems += before.changes(marker, {hostile.path.name})
+    host_problems += before.changes(
+        marker, {hostile.path.name}, children_wait_s=2.0 if name == "pool" else 0.0
+    )
     if named := _host_files_named(marker):
         host_problems.append(f"files named after the run on the host: {named}")
     title = f"{hostile.name} on {name} ({expect.attack}):\n"

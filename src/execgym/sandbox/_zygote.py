@@ -490,12 +490,34 @@ def become_program(header, fds, seccomp, end):
     except BaseException as error:
         report_uncaught(error)
         code = 1
+    if entry is None:
+        finish_like_python()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:
             pass
     os._exit(code)
+
+
+def finish_like_python():
+    """What ``python script.py`` does once the script has ended, before it exits.
+
+    It waits for the threads that are not daemons and runs the ``atexit`` functions
+    (``Py_FinalizeEx``); without this a pooled run ended as its main thread did, so a
+    program that works in threads stopped at once (found when the warm pool joined the
+    hostile corpus: eight CPU-burning threads ended with the run, unseen). An exception
+    there is printed, as Python does, and does not change the exit code.
+    """
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        atexit = sys.modules.get("atexit")
+        if atexit is not None:
+            atexit._run_exitfuncs()
+    except BaseException as error:
+        report_uncaught(error)
 
 
 SCRIPT = "/work/runner.py"
