@@ -258,6 +258,12 @@ async def test_64_samples_through_verls_reward_loop_aggregation(
         assert all(s == 0.0 for i, s in enumerate(scores) if i % 4)
         assert all(v is None for v in infos["reward/efficiency"][2::4])  # masked: not measured
     assert float(rewards.sum()) == pytest.approx(sum(scores), abs=1e-5)
+    # verl's validation metrics over these keys (metric_utils.process_validation_metrics)
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    lists = {key: list(values) for key, values in infos.items()}
+    metrics = process_validation_metrics(["execgym"] * 64, [str(i % 8) for i in range(64)], lists)
+    assert set(metrics["execgym"]) >= {"score", "masked", "reward/correctness"}
 
 
 @pytest.mark.parametrize("reward", ["binary", "quality"])
