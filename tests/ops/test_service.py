@@ -36,7 +36,9 @@ def server() -> Iterator[str]:
         "EXECGYM_SERVER_TOKEN": TOKEN,
         "EXECGYM_SERVER_BREAKERS": "failures=2,window_s=600,cooldown_s=600,key=dataset",
     }
-    with serving(env, "--log-format", "json", "serve", "--workers", "2") as url:
+    # Fresh bwrap sandboxes (no warm pool): a run whose wall-time limit ends before the
+    # sandbox starts its harness is then always an infrastructure failure (see below).
+    with serving(env, "--log-format", "json", "serve", "--workers", "2", "--no-warm-pool") as url:
         yield url
 
 
@@ -140,26 +142,30 @@ def test_metrics_scraped_during_a_batch_match_its_results_exactly(server: str) -
     assert time.time() - 30 < beat <= time.time()
 
 
-def broken_checker_task(number: int, dataset: str = "BadChecker") -> dict[str, Any]:
-    """A stdio task whose checker program always fails itself: ``sandbox_error``."""
+def starved_task(number: int, dataset: str = "Starved") -> dict[str, Any]:
+    """A task whose sandbox never starts its harness: ``sandbox_error``, an infrastructure
+    failure (execgym.masking.counts_toward_breaker). Its wall-time limit, 1 ns, ends every
+    run before the harness's start marker; a checker that always fails is no longer one
+    (it fails on the task's expected output too: ``invalid``, the task's fault, which a
+    breaker never counts, as garbage rollouts could otherwise quarantine a data set)."""
     return {
         "task_id": f"{dataset}/{number}",
-        "kind": "stdio",
-        "prompt": "print the input",
-        "test_cases": [{"input": "1\n", "output": "1\n"}],
-        "checker": {"language": "python", "source": "import sys\nsys.exit(3)\n"},
+        "prompt": "def echo(x):\n",
+        "tests": "def check(candidate):\n    assert candidate(1) == 1\n",
+        "entry_point": "echo",
+        "limits": {"wall_time_s": 1e-9},
     }
 
 
 def test_a_crashing_task_type_opens_its_breaker_and_status_shows_it(server: str) -> None:
-    tasks = [broken_checker_task(i) for i in range(5)]
+    tasks = [starved_task(i) for i in range(5)]
     good = {
         "task_id": "Echo/1",
         "kind": "stdio",
         "prompt": "print the input",
         "test_cases": [{"input": "1\n", "output": "1\n"}],
     }
-    rollouts = [{"task_id": t["task_id"], "completion": "print(input())"} for t in tasks]
+    rollouts = [{"task_id": t["task_id"], "completion": "    return x\n"} for t in tasks]
     rollouts.append({"task_id": "Echo/1", "completion": "print(input())"})
     body = {"tasks": [*tasks, good], "rollouts": rollouts}
     answer = httpx.post(f"{server}/v1/score", json=body, headers=HEADERS, timeout=120)
@@ -175,14 +181,14 @@ def test_a_crashing_task_type_opens_its_breaker_and_status_shows_it(server: str)
     assert quarantined["wall_time_s"] is None  # nothing ran
 
     samples = scrape(server)
-    assert total(samples, "execgym_breaker_state", task_type="BadChecker") == 2
+    assert total(samples, "execgym_breaker_state", task_type="Starved") == 2
     assert total(samples, "execgym_breaker_state", task_type="Echo") == 0
 
     runner = CliRunner()
     shown = runner.invoke(main, ["status", "--url", server], env={"EXECGYM_SERVER_TOKEN": TOKEN})
     assert shown.exit_code == 0, shown.output
     assert re.search(
-        rf"BadChecker: OPEN, 2 failure\(s\) in 2 job\(s\) in the window, {5 - crashed} quarantined",
+        rf"Starved: OPEN, 2 failure\(s\) in 2 job\(s\) in the window, {5 - crashed} quarantined",
         shown.output,
     ), shown.output
     assert "Echo: CLOSED" in shown.output
@@ -190,7 +196,7 @@ def test_a_crashing_task_type_opens_its_breaker_and_status_shows_it(server: str)
     assert "healthy, last heartbeat" in shown.output
 
     refused = runner.invoke(
-        main, ["status", "--url", server, "--reset", "BadChecker"], env={"EXECGYM_SERVER_TOKEN": ""}
+        main, ["status", "--url", server, "--reset", "Starved"], env={"EXECGYM_SERVER_TOKEN": ""}
     )
     assert refused.exit_code == 1
     assert "HTTP 401" in refused.output
@@ -198,12 +204,10 @@ def test_a_crashing_task_type_opens_its_breaker_and_status_shows_it(server: str)
     unknown = runner.invoke(main, ["status", "--url", server, "--token", TOKEN, "--reset", "Nope"])
     assert unknown.exit_code == 1
     assert "no breaker for task type 'Nope'" in unknown.output
-    reset = runner.invoke(
-        main, ["status", "--url", server, "--token", TOKEN, "--reset", "BadChecker"]
-    )
+    reset = runner.invoke(main, ["status", "--url", server, "--token", TOKEN, "--reset", "Starved"])
     assert reset.exit_code == 0, reset.output
-    assert "breaker BadChecker: reset, now closed" in reset.output
-    assert total(scrape(server), "execgym_breaker_state", task_type="BadChecker") == 0
+    assert "breaker Starved: reset, now closed" in reset.output
+    assert total(scrape(server), "execgym_breaker_state", task_type="Starved") == 0
 
 
 def test_status_without_a_target_or_an_unreachable_one_says_what_to_do() -> None:
@@ -227,8 +231,8 @@ def test_status_page_renders_live_numbers_in_headless_chromium(server: str) -> N
     }
     answer = httpx.post(f"{server}/v1/score", json=body, headers=HEADERS, timeout=60)
     assert answer.status_code == 200, answer.text
-    broken = [broken_checker_task(i, "PageBroken") for i in range(3)]
-    rollouts = [{"task_id": t["task_id"], "completion": "print(input())"} for t in broken]
+    broken = [starved_task(i, "PageBroken") for i in range(3)]
+    rollouts = [{"task_id": t["task_id"], "completion": "    return x\n"} for t in broken]
     body = {"tasks": broken, "rollouts": rollouts}
     answer = httpx.post(f"{server}/v1/score", json=body, headers=HEADERS, timeout=60)
     assert answer.status_code == 200, answer.text
