@@ -239,7 +239,9 @@ class Builder:
             return Program(language, argv, {name: code}, spec.env, python)
         argv = spec.compile(toolchain, name)
         if conventions is not None:
-            argv = apply_conventions(language, toolchain, argv, conventions)
+            argv = await asyncio.to_thread(
+                apply_conventions, language, toolchain, argv, conventions
+            )
         headers = headers or {}
         keyed = list(argv)
         if headers:  # the headers' contents are part of what is compiled
