@@ -60,24 +60,26 @@ async def test_sandbox_error_is_retried_once_then_masked() -> None:
 
 
 async def test_a_deterministic_harness_refusal_is_masked_once_not_retried(
-    bwrap_sandbox: object, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The real harness refuses a test that passes a function across the plain-data
-    boundary (``UnsupportedArgument``): a retry would refuse again, word for word, so it
-    is masked at once and logged once (it was run and logged twice)."""
-    task = Task(
-        task_id="t/callback",
-        prompt="def f(g):\n",
-        tests="def check(candidate):\n    assert candidate(lambda x: x) == 1\n",
-        entry_point="f",
+    """A harness refusal a retry would repeat word for word (``UnsupportedArgument``:
+    the tests pass what the harness cannot carry) is masked at once and logged once; it
+    was run and logged twice. The report is the harness's own shape (``fail`` in
+    ``judges/_untrusted.py`` before the fork-per-call judges stopped refusing callables)."""
+    refusal = (
+        b'{"verdict": "harness_error", "type": "UnsupportedArgument", "message": "the tests '
+        b"pass an argument that is not plain data: <class 'function'>\"}"
     )
-    scorer = Scorer({task.task_id: task}, bwrap_sandbox)  # type: ignore[arg-type]
+    box = FakeSandbox(
+        lambda call: fake_result(report=START_MARKER + job_nonce(call.stdin) + b"\n" + refusal)
+    )
     with caplog.at_level("WARNING", logger="execgym.scoring"):
-        result = await scorer.score_one(line(0, task.task_id))
+        result = await Scorer({"t/1": TASK}, box).score_one(line(0))
     assert result.verdict is Verdict.SANDBOX_ERROR
     assert result.reward is None
     assert "UnsupportedArgument" in result.message
     assert result.attempts == 1
+    assert len(box.calls) == 1
     warnings = [r for r in caplog.records if "sandbox_error" in r.getMessage()]
     assert len(warnings) == 1
     assert "not retried" in warnings[0].getMessage()
