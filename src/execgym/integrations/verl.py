@@ -43,6 +43,7 @@ one sample crashes the step. The keys:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -56,6 +57,7 @@ BASE_KEYS = ("score", "acc", "masked", "tampered", "verdict")
 """The keys every verl result has, before the ``reward/<component>`` ones."""
 
 
+@functools.lru_cache(maxsize=64)
 def score_keys(reward: str = "binary") -> tuple[str, ...]:
     """The keys of every result of :func:`compute_score` for the reward ``reward``.
 
@@ -68,6 +70,8 @@ def score_keys(reward: str = "binary") -> tuple[str, ...]:
 
     Raises:
         ConfigError: for an unknown reward.
+
+    A TOML spec is read once per process (the result is cached by ``reward``).
     """
     kinds: list[str] = []
     for component in load_spec(reward).components:
