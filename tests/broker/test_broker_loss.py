@@ -18,7 +18,7 @@ import pytest
 
 from execgym.broker import ResultMessage, score_jobs
 from execgym.broker.redis_streams import RedisStreamsBroker
-from execgym.errors import JobsLost
+from execgym.errors import BrokerError, JobsLost
 from execgym.testing import FakeSandbox, harness_pass
 from execgym.worker import Worker, WorkerSettings
 from tests.broker.conftest import FAST, RedisServer, job, reap, spawn_fake_worker
@@ -52,7 +52,7 @@ async def test_redis_restarted_empty_mid_batch_every_lost_job_is_resubmitted(
     jobs = [job(i, "    return 1  # SLEEP_S=0.03\n") for i in range(300)]
     results: list[ResultMessage] = []
     restarted = False
-    async with asyncio.timeout(90):  # before the fix: waited forever here
+    async with asyncio.timeout(180):  # before the fix: waited forever here
         async for result in score_jobs(client, jobs, audit_interval_s=0.5):
             results.append(result)
             if len(results) == 60:
@@ -89,7 +89,7 @@ async def test_a_batch_lost_more_often_than_allowed_fails_naming_how_many(
             redis_server.start()
 
     async def drain() -> None:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(60):
             async for _ in batch:
                 pass
 
@@ -122,7 +122,7 @@ async def test_jobs_flushed_from_redis_and_an_announcement_lost_are_both_recover
     worker = Worker(client, FakeSandbox(harness_pass), WorkerSettings(concurrency=4, block_s=0.2))
     running = asyncio.create_task(worker.run())
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(60):
             results = await batch
     finally:
         worker.stop()
@@ -134,3 +134,13 @@ async def test_jobs_flushed_from_redis_and_an_announcement_lost_are_both_recover
 
 async def _collect(stream: AsyncIterator[ResultMessage]) -> list[ResultMessage]:
     return [result async for result in stream]
+
+
+async def test_a_batch_with_no_worker_alive_fails_after_its_deadline(
+    client: RedisStreamsBroker,
+) -> None:
+    jobs = [job(i) for i in range(5)]
+    batch = score_jobs(client, jobs, audit_interval_s=0.2, no_worker_timeout_s=0.6)
+    with pytest.raises(BrokerError, match=r"no worker .* while 5 of 5 jobs") as caught:
+        await asyncio.wait_for(_collect(batch), 20)
+    assert "execgym worker --broker" in str(caught.value)

@@ -25,7 +25,7 @@ from typing import Any
 
 from execgym.broker.base import Broker
 from execgym.broker.messages import JobMessage, ResultMessage
-from execgym.errors import BrokerUnavailable, JobsLost
+from execgym.errors import BrokerError, BrokerUnavailable, JobsLost
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.tasks.loaders import LineProblem, RolloutLine
@@ -133,23 +133,28 @@ class _Watch:
         async for result in self.broker.results(self.batch_id, len(self.jobs)):
             await self.incoming.put(result)
 
-    async def audit(self, interval_s: float) -> None:
+    async def audit(self, interval_s: float, no_worker_timeout_s: float | None) -> None:
         """Find lost jobs every ``interval_s`` and queue them again.
 
         Asks the broker about the queued, unfinished jobs; raises :class:`JobsLost`
-        for a job lost more than ``max_resubmits`` times.
+        for a job lost more than ``max_resubmits`` times, and :class:`BrokerError`
+        when no worker has been alive for ``no_worker_timeout_s``.
         """
         audit = getattr(self.broker, "audit", None)
         if audit is None:
             return  # a broker that cannot lose jobs (in-process)
         by_id = {job.job_id: job for job in self.jobs}
+        no_worker_since: float | None = None
         while True:
             await asyncio.sleep(interval_s)
-            waiting = [
-                j.job_id for j in self.jobs[: self.submitted[0]] if j.job_id not in self.done
-            ]
+            queued = self.jobs[: self.submitted[0]]
+            waiting = [job.job_id for job in queued if job.job_id not in self.done]
             if not waiting:
                 continue
+            if no_worker_timeout_s is not None:
+                no_worker_since = await self._check_workers(
+                    no_worker_since, no_worker_timeout_s, len(waiting)
+                )
             try:
                 report = await audit(self.batch_id, waiting)
             except BrokerUnavailable:
@@ -159,6 +164,32 @@ class _Watch:
             lost = [job_id for job_id in report.lost if job_id not in self.done]
             if lost:
                 await self._resubmit([by_id[job_id] for job_id in lost])
+
+    async def _check_workers(
+        self, since: float | None, timeout_s: float, waiting: int
+    ) -> float | None:
+        """Since when no worker is alive (``None``: one is).
+
+        Raises:
+            BrokerError: once none has been alive for ``timeout_s``.
+        """
+        live_workers = getattr(self.broker, "live_workers", None)
+        if live_workers is None:
+            return None
+        try:
+            alive = bool(await live_workers())
+        except BrokerUnavailable:
+            return since  # an outage is the results reader's to report
+        if alive:
+            return None
+        now = time.monotonic()
+        if since is not None and now - since >= timeout_s:
+            raise BrokerError(
+                f"no worker has been consuming the broker for {now - since:.0f} s while "
+                f"{waiting} of {len(self.jobs)} jobs of batch {self.batch_id} wait: start "
+                "one (execgym worker --broker URL), or raise no_worker_timeout_s"
+            )
+        return since if since is not None else now
 
     async def _resubmit(self, lost: list[JobMessage]) -> None:
         total = len(self.jobs)
@@ -193,6 +224,7 @@ async def score_jobs(
     outage_timeout_s: float = 120.0,
     audit_interval_s: float = 5.0,
     max_resubmits: int = 3,
+    no_worker_timeout_s: float | None = 600.0,
 ) -> AsyncIterator[ResultMessage]:
     """Submit one batch and yield one result per job.
 
@@ -213,12 +245,15 @@ async def score_jobs(
         audit_interval_s: Seconds between checks for lost jobs.
         max_resubmits: Times one job may be lost and queued again (0: fail at the
             first loss).
+        no_worker_timeout_s: Give up when no worker has been alive (no heartbeat) for
+            this long while jobs wait, checked at each audit; ``None`` waits forever.
 
     Raises:
         ValueError: if the jobs are not one batch with unique ids.
         QueueFull: if the queue stayed full past ``submit_timeout_s``.
         BrokerUnavailable: if the broker stayed unreachable past ``outage_timeout_s``.
         JobsLost: if jobs were lost more than ``max_resubmits`` times.
+        BrokerError: if no worker was alive for ``no_worker_timeout_s``.
     """
     if not jobs:
         return
@@ -232,7 +267,7 @@ async def score_jobs(
             _submit_all(broker, jobs, submit_timeout_s, outage_timeout_s, watch.submitted)
         ),
         asyncio.create_task(watch.read()),
-        asyncio.create_task(watch.audit(audit_interval_s)),
+        asyncio.create_task(watch.audit(audit_interval_s, no_worker_timeout_s)),
     ]
     pending: dict[int, ResultMessage] = {}
     position = 0
