@@ -8,7 +8,11 @@ and prints the peak resident memory (``VmHWM``) of the ``execgym`` process itsel
 every figure within 20 % of the others.
 
     .venv/bin/python benchmarks/memory.py [--sizes 10000,100000] [--chatty 1000]
-        [--workers 2] [--print-bytes 1048576]
+        [--workers 2] [--print-bytes 1048576] [--host-only-sizes 100000,1000000]
+
+``--host-only-sizes`` adds batches whose rollouts name an unknown task: each is scored
+``invalid`` on the host without a sandbox, so a million of them runs in a minute or
+two and shows the reading, writing and counting alone stay flat.
 
 The peak is read by the process itself at exit (``resource.getrusage(RUSAGE_SELF)``):
 the command runs as ``python -c`` with an ``atexit`` hook around
@@ -79,6 +83,12 @@ def main() -> None:
     parser.add_argument("--chatty", type=int, default=1000)
     parser.add_argument("--print-bytes", type=int, default=1 << 20)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--host-only-sizes",
+        default="",
+        help="Also batches of this many rollouts of an unknown task (scored invalid on the "
+        "host, no sandbox: the reading, writing and counting alone, fast enough for 1M).",
+    )
     args = parser.parse_args()
     rows: list[tuple[str, float, float, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,6 +96,12 @@ def main() -> None:
         for size in (int(part) for part in args.sizes.split(",")):
             tasks, rollouts = write_inputs(folder, size, "    return 1\n", f"trivial{size}")
             rows.append((f"{size} trivial", *peak_rss(tasks, rollouts, args.workers, folder)))
+            print(rows[-1], flush=True)
+        for size in (int(part) for part in args.host_only_sizes.split(",") if part):
+            tasks, rollouts = write_inputs(folder, size, "    return 1\n", f"unknown{size}")
+            rollouts.write_text(rollouts.read_text().replace('"t/1"', '"no-such-task"'))
+            label = f"{size} host-only (invalid)"
+            rows.append((label, *peak_rss(tasks, rollouts, args.workers, folder)))
             print(rows[-1], flush=True)
         if args.chatty:
             # print() adds the newline: the program writes exactly --print-bytes.
