@@ -21,7 +21,7 @@ from execgym.limits import Limits
 from execgym.logs import log_context
 from execgym.metrics import Metrics, timed
 from execgym.sandbox.base import Sandbox
-from execgym.scoring import ScoredRollout, Scorer
+from execgym.scoring import TAIL_BYTES, ScoredRollout, Scorer
 from execgym.server.capacity import Capacity
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Task
@@ -201,8 +201,15 @@ class EmbeddedJobRunner:
         message = ""
         try:
             with log_context(job_id=job.view.job_id):  # inherited by the scoring tasks
-                results = await scorer.score(items, workers=self._workers, on_result=on_result)
-            job.results = list(results)
+                # Kept for the job's lifetime: only what the response shows of each
+                # result's output (its tail), not up to the output limit per stream.
+                await scorer.score(
+                    items,
+                    workers=self._workers,
+                    on_result=on_result,
+                    collect=False,
+                    output_tail=TAIL_BYTES,
+                )
         except asyncio.CancelledError:
             state, message = "failed", "the service stopped before the job finished"
             raise
