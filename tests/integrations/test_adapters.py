@@ -278,3 +278,22 @@ def test_openrlhf_file_mode_loaded_as_openrlhf_loads_it(bwrap_sandbox) -> None:
     query = "<|im_start|>user\nadd<|im_end|>\n<|im_start|>assistant\n" + TWO_SUM
     result = loaded.reward_func([query], [query[: -len(TWO_SUM)]], [ADD_CASES])
     assert [float(r) for r in result["rewards"]] == [1.0]
+
+
+def test_verl_episode_score_has_the_same_keys_for_every_episode() -> None:
+    import numpy as np
+
+    from execgym.integrations.verl import EPISODE_KEYS, compute_episode_score
+
+    ended = compute_episode_score("d", "", None, {"tool_rewards": np.array([0.0, 0.0, 1.0])})
+    never_ended = compute_episode_score("d", "", None, None)
+    masked = compute_episode_score(
+        "d",
+        "",
+        None,
+        {"tool_rewards": [0.0], "execgym_masked": 1.0, "execgym_verdict": "sandbox_error"},
+    )
+    assert all(tuple(r) == EPISODE_KEYS for r in (ended, never_ended, masked))
+    assert (ended["score"], ended["tool_calls"]) == (1.0, 3.0)
+    assert (never_ended["score"], never_ended["masked"]) == (0.0, 0.0)
+    assert (masked["score"], masked["masked"], masked["verdict"]) == (0.0, 1.0, "sandbox_error")

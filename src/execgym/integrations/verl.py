@@ -257,7 +257,9 @@ def compute_episode_score(
         episode: ``score`` is 0.0 for an episode that never ended (no reward arrived).
     """
     info = extra_info if isinstance(extra_info, dict) else {}
-    rewards = [float(r) for r in (info.get("tool_rewards") or []) if r is not None]
+    raw = info.get("tool_rewards")
+    calls = [] if raw is None else list(raw)  # a list, or a numpy array
+    rewards = [float(r) for r in calls if r is not None]
     masked = bool(info.get("execgym_masked"))
     verdict = str(info.get("execgym_verdict") or ("masked" if masked else "unknown"))
     score = 0.0 if masked else min(1.0, max(0.0, sum(rewards)))
@@ -267,5 +269,5 @@ def compute_episode_score(
         "masked": 1.0 if masked else 0.0,
         "tampered": 1.0 if verdict == "tampered" else 0.0,
         "verdict": verdict,
-        "tool_calls": float(len(info.get("tool_rewards") or [])),
+        "tool_calls": float(len(calls)),
     }
