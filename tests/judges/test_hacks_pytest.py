@@ -323,3 +323,24 @@ async def test_rollout_files_never_stand_in_for_a_stdlib_package_under_gvisor(
     gvisor_sandbox,
 ) -> None:
     await _stdlib_package_hack(gvisor_sandbox)
+
+
+@pytest.mark.parametrize(
+    "test_files",
+    [
+        {"t" * 300 + ".py": ADD_TESTS},
+        {"tests": "x = 1\n", "tests/test_add.py": ADD_TESTS},
+        {"test_big.py": ADD_TESTS + "#" * (65 * 2**20)},
+    ],
+    ids=["300-characters", "file-and-directory", "too-large"],
+)
+async def test_the_tasks_own_unwritable_file_names_are_invalid(hack_sandbox, test_files) -> None:
+    """The same rules for the task's names: its fault, masked with the reason, and
+    never an infrastructure failure a breaker would count."""
+    task = NESTED_TESTS.model_copy(update={"test_files": test_files})
+    rollout = Rollout(task_id=task.task_id, completion=HONEST[ADD.task_id])
+    result = await Scorer({task.task_id: task}, hack_sandbox, LIMITS).score_one(
+        RolloutLine(0, rollout)
+    )
+    assert (result.verdict, result.reward) == (Verdict.INVALID, None), result.message
+    assert "the task's" in result.message

@@ -92,11 +92,12 @@ def rollout_files_problem(task: Task, files: dict[str, str], limits: Limits) -> 
         if problem:
             return f"the rollout's file name {name[:80]!r} {problem}"
     every = {**files, **task.test_files}
+    ours = {task.solution_path, *task.test_files}  # the task's names: task_files_problem
     for name in every:
         parts = name.split("/")
         for depth in range(1, len(parts)):
             folder = "/".join(parts[:depth])
-            if folder in every:
+            if folder in every and not (folder in ours and name in ours):
                 whose = "the task's test file" if name in task.test_files else "the file"
                 return (
                     f"the rollout's file {folder!r} is where {whose} {name!r} needs a "
@@ -110,6 +111,35 @@ def rollout_files_problem(task: Task, files: dict[str, str], limits: Limits) -> 
         return (
             f"the rollout's files need {need} bytes with the task's, more than the work "
             f"dir holds ({limits.disk_bytes} bytes, limits.disk_bytes)"
+        )
+    return ""
+
+
+def task_files_problem(task: Task, limits: Limits) -> str:
+    """Why the task's own files (``solution_path``, ``test_files``) cannot be written, or ``""``.
+
+    The same rules as :func:`rollout_files_problem`, for the names the task chose: a
+    problem here is the task's fault (``invalid``, masked), decided from the task alone.
+    """
+    names = [task.solution_path, *task.test_files]
+    for name in names:
+        problem = _name_problem(name)
+        if problem:
+            return f"the task's file name {name[:80]!r} {problem}"
+    for name in names:
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder in names:
+                return f"the task's file {folder!r} is where its file {name!r} needs a directory"
+    need = sum(
+        -(-len(text.encode("utf-8", "surrogatepass")) // _PAGE_BYTES) * _PAGE_BYTES
+        for text in task.test_files.values()
+    )
+    if need > limits.disk_bytes:
+        return (
+            f"the task's test files need {need} bytes, more than the work dir holds "
+            f"({limits.disk_bytes} bytes, limits.disk_bytes)"
         )
     return ""
 
@@ -213,7 +243,7 @@ class PytestJudge:
                 "pytest is not installed where execgym runs: pip install execgym[pytest-judge]"
             )
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
-        suite = pytest_suite_problem(task.test_files)
+        suite = task_files_problem(task, limits) or pytest_suite_problem(task.test_files)
         if suite:  # the task's own tests: masked with the reason (execgym.masking)
             return Judgement(
                 Verdict.INVALID, error=ErrorDetail("InvalidTask", suite), message=suite
