@@ -101,7 +101,7 @@ def _chunks(path: Path, handle: BinaryIO) -> Iterator[bytes]:
             except zlib.error as error:
                 raise DamagedInput(
                     f"{path} is not a valid gzip file or is corrupt near byte {read} "
-                    f"({error}); the lines before it were read",
+                    f"({error}); copy or download the file again",
                     str(path),
                     0,
                 ) from error
@@ -115,7 +115,7 @@ def _chunks(path: Path, handle: BinaryIO) -> Iterator[bytes]:
         raise DamagedInput(
             f"{path} is truncated: its gzip stream ends before the end marker (after "
             f"{read} compressed bytes), so the lines after the last complete one are "
-            "missing; every complete line was read. Copy or download the file again",
+            "missing; copy or download the file again",
             str(path),
             0,
         )
