@@ -148,8 +148,8 @@ async def test_a_stalled_body_gets_408_after_the_idle_timeout() -> None:
     status, body, answer_headers, seen = await call(guard(), stall, headers)  # type: ignore[arg-type]
     elapsed_s = time.monotonic() - started
     assert (status, seen) == (408, None)
-    assert 0.25 <= elapsed_s < 2
-    assert re.search(r"10 bytes in 0\.[23]", body["message"]), body["message"]
+    assert 0.25 <= elapsed_s < 5
+    assert re.search(r"10 bytes in \d+\.\d s", body["message"]), body["message"]
     assert "EXECGYM_SERVER_BODY_IDLE_TIMEOUT_S" in body["message"]
     assert answer_headers["connection"] == "close"
 
@@ -161,20 +161,21 @@ async def test_a_trickled_body_gets_408_once_its_average_rate_is_too_low() -> No
     started = time.monotonic()
     status, _, _, _ = await call(guard(min_rate_bytes_per_s=1000), receive, headers)
     assert status == 408
-    assert time.monotonic() - started < 2
-    assert receive.given < 20
+    assert time.monotonic() - started < 5
+    assert receive.given < 100
 
 
 async def test_a_fast_enough_body_is_not_cut_by_the_rate_check() -> None:
-    # 40 parts of 1 KiB, 0.01 s apart (~100 KiB/s): past the grace period, above the rate.
-    receive = Recorder([b"x" * 1024] * 40, gap_s=0.01)
+    # 150 parts of 1 KiB, 0.01 s apart (~100 KiB/s): well past the grace period, and
+    # ten times the minimum rate.
+    receive = Recorder([b"x" * 1024] * 150, gap_s=0.01)
     headers = {"transfer-encoding": "chunked", "authorization": f"Bearer {TOKEN}"}
     status, _, _, seen = await call(
-        guard(idle_timeout_s=0.1, min_rate_bytes_per_s=10_000), receive, headers
+        guard(idle_timeout_s=0.5, min_rate_bytes_per_s=10_000), receive, headers
     )
     assert status == 200
     assert seen is not None
-    assert len(seen) == 40 * 1024
+    assert len(seen) == 150 * 1024
 
 
 def test_the_limits_are_settings_read_from_the_environment() -> None:
