@@ -264,6 +264,8 @@ def test_status_page_renders_live_numbers_in_headless_chromium(server: str) -> N
     # At least what /v1/status said just before (the page polled after it).
     assert int(tile("completed")) >= status["completed"] >= 2
     assert tile("sandboxes") == "0"
+    assert int(tile("programs")) == status["programs"]["completed"]  # /run_code, /v1/run
+    assert tile("episodes-live") == str(status["episodes"]["live"])
     assert tile("in-flight").endswith(f"/ {status['in_flight_limit']}")
     assert float(tile("throughput")) > 0
     assert int(tile("open-breakers")) == status["open_breakers"] >= 1, (
