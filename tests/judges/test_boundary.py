@@ -292,3 +292,27 @@ async def test_a_huge_int_where_a_float_is_expected_is_failed(hack_sandbox) -> N
 async def test_a_check_that_runs_no_assertion_is_invalid(bwrap_sandbox, tests: str) -> None:
     result = await score(bwrap_sandbox, assert_task(tests), "def f(x):\n    return None\n")
     assert (result.verdict, result.reward) == (Verdict.INVALID, None), result.message
+
+
+def test_the_command_line_state_option_and_each_result_says_which_ran(
+    bwrap_sandbox, tmp_path
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from execgym.cli import main
+
+    tasks, rollouts = tmp_path / "tasks.jsonl", tmp_path / "rollouts.jsonl"
+    tasks.write_text(assert_task(STATEFUL).model_dump_json() + "\n")
+    rollouts.write_text(json.dumps({"task_id": "t", "completion": COUNTER}) + "\n")
+    verdicts = {}
+    for state in ("fresh", "shared"):
+        out = tmp_path / f"{state}.jsonl"
+        done = CliRunner().invoke(
+            main, ["score", str(tasks), str(rollouts), "-o", str(out), "--state", state]
+        )
+        assert done.exit_code == 0, done.output
+        (result,) = [json.loads(line) for line in out.read_text().splitlines()]
+        verdicts[state] = (result["verdict"], result["details"]["state"])
+    assert verdicts == {"fresh": ("failed", "fresh"), "shared": ("passed", "shared")}

@@ -169,6 +169,7 @@ def solution_process(program, entry_point, commands, answers):
 
     results_codec = make_codec(export, None, None, MAX_DEPTH + 3)
     jobs_codec = make_codec(None, Pending, make_object, ARGUMENT_DEPTH + 8)
+
     def crosses(part):
         return type(part).__name__ in by_value and as_plain_class(type(part))
 

@@ -118,7 +118,8 @@ def compiled_tests(source: str) -> bytes:
     once per process. The tests are task data (operator's), never model output; a
     source that does not compile is left to the harness, which reports the task's error.
     Where ``assert`` statements are the tests' only way to fail (no ``raise``, no call of
-    an ``assert...``/``fail...`` function such as unittest's ``assertEqual``), each is
+    an ``assert...``/``fail...`` function such as unittest's ``assertEqual``, no
+    ``exec``/``eval`` of code not seen here), each is
     counted as it runs (its test becomes ``__execgym_asserted__() and (test)``, same
     lines, same message), so the harness can tell a ``check`` that ran no assertion,
     which would pass any solution (``return None``), from one that passed: such a task
@@ -155,6 +156,8 @@ def _countable(tree: ast.AST) -> bool:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name.lower().startswith(("assert", "fail", "check_", "verify", "expect")):
+                return False
+            if name in ("exec", "eval"):  # code this cannot see (MBPP+ runs its tests so)
                 return False
     return True
 

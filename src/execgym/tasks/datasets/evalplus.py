@@ -39,6 +39,15 @@ PLUS_LIMITS = TaskLimits(wall_time_s=60, cpu_time_s=60)
 in one process, and some references need 5-10 CPU seconds for them (EvalPlus allows
 each input max(1 s, 4 x the reference's time) instead)."""
 
+MBPPPLUS_TOO_BIG = {
+    "Mbpp/255": (
+        "its tests compare results of up to 1.7 million 77-tuples (combinations_colors of "
+        "5 colours taken 77 at a time): several GiB across the tests' and the solution's "
+        "processes, for any solution, beyond the limits a sandbox gets"
+    ),
+}
+"""MBPP+ tasks no solution can pass within a sandbox's memory: masked with the reason."""
+
 
 def _mbpp_check(tests: str, entry_point: str) -> str:
     """EvalPlus's module-level MBPP+ tests, run by ``check`` with the name bound.
@@ -59,10 +68,25 @@ def _skip_all(tasks: dict[str, Task], why: str) -> Loaded:
     return Loaded({}, dict.fromkeys(tasks, why), references)
 
 
-def _needs_numpy(tasks: dict[str, Task]) -> Loaded:
+def _needs_numpy(tasks: dict[str, Task], too_big: dict[str, str] | None = None) -> Loaded:
     if missing_modules(["numpy"]):
         return _skip_all(tasks, "its tests import numpy, which is not installed: pip install numpy")
-    return Loaded(tasks)
+    too_big = too_big or {}
+    references = {task_id: tasks[task_id].reference or "" for task_id in too_big}
+    kept = {task_id: task for task_id, task in tasks.items() if task_id not in too_big}
+    return Loaded(kept, dict(too_big), references)
+
+
+HUMANEVALPLUS_TEST_FIXES = {
+    # find_zero: the baked-in oracle of HumanEvalPlus-OriginFmt v0.1.10 calls
+    # `_poly(*candidate(*inp), inp)`, which no solution passes; EvalPlus's own evaluator
+    # checks `abs(_poly(*inp, output)) <= atol` (evalplus/evaluate.py, find_zero).
+    "HumanEval/32": (
+        "assert _poly(*candidate(*inp), inp) <= 0.0001",
+        "assert abs(_poly(*inp, candidate(*inp))) <= 0.0001",
+    ),
+}
+"""Corrections of HumanEval+ tests that no solution passes: ``{task_id: (wrong, right)}``."""
 
 
 def load_humanevalplus() -> Loaded:
@@ -73,10 +97,15 @@ def load_humanevalplus() -> Loaded:
     """
     tasks = {}
     for record in read_records(data_path("humanevalplus", "HumanEvalPlus-OriginFmt.jsonl.gz")):
+        tests = record["test"]
+        if record["task_id"] in HUMANEVALPLUS_TEST_FIXES:
+            wrong, right = HUMANEVALPLUS_TEST_FIXES[record["task_id"]]
+            assert wrong in tests, record["task_id"]  # the data file is checksummed
+            tests = tests.replace(wrong, right)
         tasks[record["task_id"]] = Task(
             task_id=record["task_id"],
             prompt=record["prompt"],
-            tests=with_python_libraries(record["test"]),
+            tests=with_python_libraries(tests),
             entry_point=record["entry_point"],
             reference=record["canonical_solution"],
             limits=PLUS_LIMITS,
@@ -115,4 +144,4 @@ def load_mbppplus() -> Loaded:
             reference=record["code"],
             limits=PLUS_LIMITS,
         )
-    return _needs_numpy(tasks)
+    return _needs_numpy(tasks, MBPPPLUS_TOO_BIG)

@@ -9,9 +9,8 @@ Each record becomes an ``assert`` task judged as upstream does: ``prompt`` (the 
 preamble with ``ListNode``/``TreeNode`` helpers) + the solution (a ``class Solution``) +
 ``test`` + ``check(<entry_point>)``. Upstream's entry point is an expression,
 ``Solution().method``; the judge calls that method of the solution's ``Solution`` (the
-tests run in their own process, so arguments and results cross as plain data: tasks
-whose tests pass ``ListNode``/``TreeNode`` objects cannot, see ``KNOWN_BAD`` in the
-tests). Some prompts import ``sortedcontainers`` (a PyPI package): those get the
+tests run in their own process: ``ListNode``/``TreeNode`` objects, which the prompt
+defines, cross by value). Some prompts import ``sortedcontainers`` (a PyPI package): those get the
 host's site-packages on ``sys.path`` first, and are skipped (masked) if it is missing.
 """
 
@@ -27,7 +26,16 @@ from execgym.tasks.datasets._files import (
     read_records,
     with_python_libraries,
 )
-from execgym.tasks.models import Task
+from execgym.tasks.models import Task, TaskLimits
+
+SLOW_REFERENCES = {
+    "maximum-number-of-moves-to-kill-all-pawns": TaskLimits(wall_time_s=240, cpu_time_s=90),
+    "find-the-number-of-subsequences-with-equal-gcd": TaskLimits(wall_time_s=240, cpu_time_s=90),
+    "find-the-number-of-k-even-arrays": TaskLimits(wall_time_s=120, cpu_time_s=30),
+}
+"""Tasks whose references need many CPU seconds for their ~100 asserts (measured
+2026-12-02: 17.6 s, 24.2 s and 3.8 s of CPU), given limits of about 4 times that,
+with wall time to spare on a loaded machine; every other task keeps the run's limits."""
 
 
 def _method(expression: str) -> str:
@@ -61,5 +69,6 @@ def load_leetcodedataset() -> Loaded:
             tests=record["test"],
             entry_point=_method(record["entry_point"]),
             reference=record["completion"],
+            limits=SLOW_REFERENCES.get(record["task_id"]),
         )
     return Loaded(tasks, skipped, references)
