@@ -221,3 +221,27 @@ def test_results_lines_survive_readers_that_split_at_unicode_line_breaks(
     results = [json.loads(line) for line in text.splitlines()]  # what some readers do
     assert sorted(r["rollout_id"] for r in results) == sorted(r["rollout_id"] for r in records)
     assert len(text.splitlines()) == len(text.split("\n")) - 1 == len(records)
+
+
+def test_validated_tasks_are_written_one_per_line_for_splitlines_readers(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from execgym import Task
+    from execgym.validation.report import write_clean
+
+    tasks = [
+        Task(
+            task_id=f"t/{i}",
+            prompt=f"def f():\n    '''a{sep}b'''\n",
+            tests="def check(c):\n    pass\n",
+            entry_point="f",
+        )
+        for i, sep in enumerate(["\u2028", "\u2029", "\u0085"])
+    ]
+    report = SimpleNamespace(kept_ids=lambda: [t.task_id for t in tasks])
+    path = tmp_path / "clean.jsonl"
+    assert write_clean(report, tasks, path) == 3  # type: ignore[arg-type]
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 3
+    loaded, problems = load_tasks(path)
+    assert problems == []
+    assert [t.prompt for t in loaded.values()] == [t.prompt for t in tasks]

@@ -72,10 +72,18 @@ def write_json(report: ValidationReport, path: str | Path) -> None:
 
 
 def write_clean(report: ValidationReport, tasks: list[Task], path: str | Path) -> int:
-    """Write the kept tasks as JSONL to ``path``, in input order; return how many."""
+    """Write the kept tasks as JSONL to ``path``, in input order; return how many.
+
+    Each task is one line for every reader, ``str.splitlines()`` included (raw U+2028,
+    U+2029 and U+0085 in a prompt are written as JSON escapes).
+    """
+    from execgym._results_file import json_line
+
     kept = set(report.kept_ids())
-    lines = [t.model_dump_json(exclude_none=True) + "\n" for t in tasks if t.task_id in kept]
-    Path(path).write_text("".join(lines), encoding="utf-8")
+    lines = [
+        json_line(t.model_dump(mode="json", exclude_none=True)) for t in tasks if t.task_id in kept
+    ]
+    Path(path).write_bytes(b"".join(lines))
     return len(lines)
 
 
