@@ -248,6 +248,10 @@ SOLUTION_SKIPS = {
     "_src = '\\n' * 40 + 'def task_func(x):\\n    if x != 1:\\n"
     '        raise unittest.SkipTest("x")\\n    return 2\\n\'\n'
     "exec(compile(_src, '__test__.py', 'exec'), globals())\n",
+    "code-compiled-as-unittests": "import unittest\n"
+    "_src = 'def task_func(x):\\n    if x != 1:\\n"
+    "        raise unittest.SkipTest(\"x\")\\n    return 2\\n'\n"
+    "exec(compile(_src, unittest.case.__file__, 'exec'), globals())\n",
     "skiptest-through-a-builtin": "import unittest\n"
     "def task_func(x):\n    return 2 if x == 1 else next(iter(()), None) or _skip()\n"
     "def _skip():\n    raise unittest.SkipTest('x')\n",

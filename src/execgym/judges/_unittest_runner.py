@@ -120,6 +120,7 @@ def main():
     tests, errors = [], []
     program_code = [None]  # the compiled program: its test-side code objects are trusted
     test_codes = set()
+    unittest_codes = {}  # id -> code object (kept alive, so the ids stay unique)
     unittest_dir = os.path.dirname(unittest.__file__) + os.sep
 
     def solution_skip():
@@ -136,7 +137,7 @@ def main():
         trace = error.__traceback__
         while trace is not None:
             code = trace.tb_frame.f_code
-            if id(code) not in test_codes and not code.co_filename.startswith(unittest_dir):
+            if id(code) not in test_codes and id(code) not in unittest_codes:
                 return f"{code.co_filename} line {trace.tb_lineno} ({code.co_name})"
             trace = trace.tb_next
         return None
@@ -202,6 +203,20 @@ def main():
         sys.stdout = sys.stderr = swallowed
         try:
             program_code[0] = compile(program, "__test__.py", "exec")
+            # unittest's own code objects, by identity, before the solution runs: code it
+            # compiles under unittest's file names is not unittest's
+            import gc
+
+            pending = [
+                f.__code__
+                for f in gc.get_objects()
+                if type(f) is types.FunctionType and f.__code__.co_filename.startswith(unittest_dir)
+            ]
+            while pending:
+                code = pending.pop()
+                if id(code) not in unittest_codes:
+                    unittest_codes[id(code)] = code
+                    pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
             pending = [program_code[0]]
             while pending:  # before any of the solution's code runs
                 for constant in pending.pop().co_consts:
