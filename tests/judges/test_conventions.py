@@ -261,3 +261,19 @@ async def test_a_standard_the_compiler_does_not_know_is_the_tasks_fault(bwrap_sa
     assert result.verdict is Verdict.INVALID, result.message
     assert result.reward is None
     assert "conventions.cpp_std 'gnu++99'" in result.message
+
+
+@pytest.mark.parametrize(
+    "conventions",
+    [
+        {"python_int_max_str_digits": 100},  # sys.set_int_max_str_digits refuses 1..639
+        {"stack_bytes": 4096},
+        {"stack_bytes": "unlimited"},
+        {"cpp_std": "gnu++20 -fplugin=x"},  # a flag, not a standard
+    ],
+)
+def test_conventions_a_task_cannot_use_are_refused_when_it_is_read(conventions) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        task("cpp", [("", "")], conventions=conventions)

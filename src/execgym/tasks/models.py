@@ -224,6 +224,13 @@ class Conventions(_Strict):
     online_judge: bool = True
     stack_bytes: Literal["memory"] | int | None = Field(default="memory")
 
+    @field_validator("python_int_max_str_digits")
+    @classmethod
+    def _digits_python_accepts(cls, value: int) -> int:
+        if 0 < value < 640:  # sys.set_int_max_str_digits refuses these
+            raise ValueError("python_int_max_str_digits must be 0 (unlimited) or at least 640")
+        return value
+
     @field_validator("stack_bytes")
     @classmethod
     def _stack_in_bounds(
