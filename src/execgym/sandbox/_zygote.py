@@ -11,11 +11,13 @@ that, before any untrusted code exists in it:
    reaping orphans (so killing it kills the whole run). A trusted program the host
    preloaded (``{"preload": key}`` with its marshalled code; a judge's harness, see
    :mod:`execgym.sandbox._trusted`) runs as PID 1 itself, with no separate init;
-   the run's file system is a private tmpfs on /work and /tmp and a fresh /proc, with
-   the cgroup files hidden;
+   the run's file system is a private tmpfs on /work and /tmp, a fresh /proc and a
+   devpts of its own on /dev/pts, with the cgroup files hidden;
 3. in the program: writes the run's files, puts the descriptors on 0-3 and closes
-   every other one (the control socket included), applies the rlimits, drops to uid
-   65534 (or, in a user namespace, drops every capability), sets ``no_new_privs``,
+   every other one (the control socket included), applies the rlimits, drops to
+   the uid the zygote gave the run (as root, one no other live run has, from the
+   pool's leased block; see :class:`RunUids`; in a user namespace it drops every
+   capability instead), sets ``no_new_privs``,
    loads the seccomp filter, reseeds ``random``, and only then runs the script (or the
    preloaded code it names).
 
