@@ -193,3 +193,21 @@ def test_the_maintainability_index_has_no_comment_bonus() -> None:
         complexity_score(commented, Complexity()).score
         == complexity_score(code, Complexity()).score
     )
+
+
+@pytest.mark.parametrize("depth", [1000, 20000])
+async def test_code_a_tool_cannot_analyse_scores_zero_never_left_out(depth: int) -> None:
+    """A deep expression made radon and bandit (and, deeper, ruff and ast) fail; the
+    components were then "not applicable" and left out of the weights, dropping their
+    0s (quality 0.86 -> 0.96). The code is the rollout's: 0, with the reason."""
+    deep = "    x = " + "1 + " * depth + "1\n" + SLOPPY
+    passed = judged(Verdict.PASSED, **MEASURED)
+    plain = await evaluate(PRESETS["quality"], TASK, SLOPPY, passed)
+    result = await evaluate(PRESETS["quality"], TASK, deep, passed)
+    assert all(c.score is not None for c in result.components), result.explanation
+    assert result.total is not None
+    assert plain.total is not None
+    assert result.total <= plain.total, (plain.explanation, result.explanation)
+    parts = {c.kind: c for c in result.components}
+    assert parts["complexity"].score == 0.0
+    assert parts["security"].score == 0.0

@@ -176,11 +176,17 @@ async def evaluate(
         else:  # Static, Complexity, Security: the program as text
             try:
                 measured = await asyncio.to_thread(_quality, program, completion, component)
-            except ConfigError:
+            except ConfigError:  # a tool is missing: the operator's to fix, before any run
                 raise
-            except Exception as error:  # the tool's bug, not the model's fault: left out
+            except Exception as error:
+                # The tool failed on this code (a RecursionError on a deep expression, a
+                # crash, a timeout). The code is the rollout's, so this is never "not
+                # applicable" (left out, which would drop a 0 from the average): 0, with
+                # the reason (see execgym.masking).
                 log.warning("reward component %s failed: %r", component.kind, error)
-                measured = Measured(None, f"{component.kind} tool failed: {error!r}"[:300])
+                measured = Measured(
+                    0.0, f"{component.kind}: the code could not be analysed: {error!r}"[:300]
+                )
         scores.append(
             ComponentScore(component.kind, measured.score, component.weight, measured.detail)
         )

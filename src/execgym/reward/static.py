@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -34,10 +35,13 @@ def _clamp(value: float) -> float:
 
 
 def parses(program: str) -> bool:
-    """Whether ``program`` is valid Python (parsed only, never run)."""
+    """Whether ``program`` is valid Python (parsed only, never run).
+
+    A program too deep for the parser (``RecursionError``, ``MemoryError``) does not.
+    """
     try:
         ast.parse(program)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
 
@@ -82,7 +86,8 @@ def ruff_findings(program: str, spec: Static) -> list[dict[str, object]]:
     """The findings of ruff on ``program`` (``--isolated``: no config file is read).
 
     Raises:
-        ConfigError: if ruff is not installed or fails.
+        ConfigError: if ruff is not installed.
+        RuntimeError: if ruff fails on this program (the component then scores 0).
     """
     argv = [_ruff(), "check", "--isolated", "--no-cache", "--output-format", "json", "--quiet"]
     argv += ["--select", ",".join(spec.select), "--stdin-filename", "solution.py"]
@@ -91,8 +96,8 @@ def ruff_findings(program: str, spec: Static) -> list[dict[str, object]]:
     done = subprocess.run(
         [*argv, "-"], input=program.encode(), capture_output=True, timeout=30, check=False
     )
-    if done.returncode not in (0, 1):
-        raise ConfigError(f"ruff failed ({done.returncode}): {done.stderr.decode()[-500:]}")
+    if done.returncode not in (0, 1):  # on this code: the component scores 0 (evaluate)
+        raise RuntimeError(f"ruff failed ({done.returncode}): {done.stderr.decode()[-500:]}")
     findings: list[dict[str, object]] = json.loads(done.stdout or b"[]")
     return findings
 
@@ -150,6 +155,19 @@ def complexity_score(program: str, spec: Complexity) -> Measured:
     return Measured(score, f"mean cyclomatic complexity {mean_cc:.1f}, maintainability {mi:.0f}")
 
 
+class _ThreadErrors(logging.Handler):
+    """Collects the error records logged by the calling thread (tools run in threads)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.thread = threading.get_ident()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            self.messages.append(record.getMessage())
+
+
 def security_score(program: str, spec: Security) -> Measured:
     """The :class:`~execgym.reward.spec.Security` component (bandit)."""
     try:
@@ -163,19 +181,28 @@ def security_score(program: str, spec: Security) -> Measured:
         ) from error
     if not parses(program):
         return Measured(0.0, "does not parse")
-    logging.getLogger("bandit").setLevel(logging.ERROR)
-    with tempfile.TemporaryDirectory(prefix="execgym-bandit-") as folder:
-        path = os.path.join(folder, "solution.py")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(program)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            conf = bandit_config.BanditConfig()
-            profile = {"include": set(), "exclude": set(spec.skip)}
-            mgr = bandit_manager.BanditManager(conf, "file", quiet=True, profile=profile)
-            mgr.discover_files([path])
-            mgr.run_tests()
-        issues = mgr.get_issue_list()
+    bandit_log = logging.getLogger("bandit")
+    bandit_log.setLevel(logging.ERROR)
+    failures = _ThreadErrors()  # bandit logs a check that crashed on the code, and goes on
+    bandit_log.addHandler(failures)
+    try:
+        with tempfile.TemporaryDirectory(prefix="execgym-bandit-") as folder:
+            path = os.path.join(folder, "solution.py")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(program)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                conf = bandit_config.BanditConfig()
+                profile = {"include": set(), "exclude": set(spec.skip)}
+                mgr = bandit_manager.BanditManager(conf, "file", quiet=True, profile=profile)
+                mgr.discover_files([path])
+                mgr.run_tests()
+            issues = mgr.get_issue_list()
+    finally:
+        bandit_log.removeHandler(failures)
+    if failures.messages or mgr.skipped:  # a partial analysis is no clean bill: 0
+        why = (failures.messages or [str(mgr.skipped[0])])[0]
+        return Measured(0.0, f"bandit could not analyse the code: {why}"[:300])
     weights = {"LOW": spec.low, "MEDIUM": spec.medium, "HIGH": spec.high}
     weighted = sum(weights.get(str(i.severity), spec.low) for i in issues)
     ids = sorted({i.test_id for i in issues})
