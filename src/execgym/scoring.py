@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -247,15 +248,32 @@ class Scorer:
         self.limits = limits
         self.builder = builder or Builder()
         self.judge = AssertJudge()
-        self._native = NativeAssertJudge(self.builder)
-        self._stdio = StdioJudge(self.builder)
-        self._call = FunctionCallJudge()
-        self._pytest = PytestJudge()
-        self._unittest = UnittestJudge()
         self.reward = reward
         self.calibrator = calibrator
         if reward is not None:
             check_tools(reward)
+
+    # The other kinds' judges are made on first use: each builds (compiles) its harness,
+    # which a batch of one kind never runs, and the command line's start waits for it.
+    @functools.cached_property
+    def _native(self) -> NativeAssertJudge:
+        return NativeAssertJudge(self.builder)
+
+    @functools.cached_property
+    def _stdio(self) -> StdioJudge:
+        return StdioJudge(self.builder)
+
+    @functools.cached_property
+    def _call(self) -> FunctionCallJudge:
+        return FunctionCallJudge()
+
+    @functools.cached_property
+    def _pytest(self) -> PytestJudge:
+        return PytestJudge()
+
+    @functools.cached_property
+    def _unittest(self) -> UnittestJudge:
+        return UnittestJudge()
 
     async def judge_rollout(self, task: Task, rollout: Rollout, limits: Limits) -> Judgement:
         """Judge one rollout of ``task`` with the judge of the task's kind.

@@ -66,11 +66,15 @@ def harness_program(name: str, *parts: str) -> bytes:
     calls its ``main()``.
     """
     source = with_plain_data(runner_source(name), *parts)
-    code = compile(source, name, "exec", dont_inherit=True, optimize=0)
-    script = _script_for(code)
     body = source.rstrip()
-    definitions = None
-    if body.endswith(b"\nmain()"):  # every harness ends by calling main()
-        definitions = compile(body[: -len(b"main()")], name, "exec", dont_inherit=True, optimize=0)
-    register_trusted_program(script, code, definitions=definitions, entry="main")
+    if not body.endswith(b"\nmain()"):  # every harness ends by calling main()
+        code = compile(source, name, "exec", dont_inherit=True, optimize=0)
+        script = _script_for(code)
+        register_trusted_program(script, code)
+        return script
+    # Compiled once (the harness source is large: compiling it twice was most of the
+    # command line's start-up): the definitions, which the script runs, then main().
+    definitions = compile(body[: -len(b"main()")], name, "exec", dont_inherit=True, optimize=0)
+    script = _script_for(definitions) + b"main()\n"
+    register_trusted_program(script, definitions, definitions=definitions, entry="main")
     return script
