@@ -169,7 +169,7 @@ def main():
         asserted[0] = 0
         try:
             found = solution.load(False, fresh_state, namespace, sorted(wanted))
-            bind_names(solution, namespace, found)
+            bind_names(solution, namespace, found, wanted)
             try:
                 exec(code, namespace)  # the task's own code: its errors are the task's
             except Exception as error:
@@ -284,14 +284,23 @@ def global_names(code):
     return names
 
 
-def bind_names(solution, namespace, found):
+def bind_names(solution, namespace, found, wanted):
     """Give the tests the solution module's names they use (before the tests run).
 
     Functions, classes and other objects become :class:`Remote` names; plain data is
     copied; a standard-library module is imported here (never a file of the rollout).
-    Builtins are never among them, and the tests' own definitions replace them.
+    Only names the tests use (``wanted``, which has no builtins) are bound, never a
+    dunder name (the harness's own ``__execgym_...`` hooks), whatever the solution's
+    process answered; the tests' own definitions replace them.
     """
-    for name, (kind, value) in found.items():
+    if type(found) is not dict:
+        found = {}
+    for name, entry in found.items():
+        if name not in wanted or name.startswith("__") or type(entry) is not tuple:
+            continue
+        if len(entry) != 2 or type(entry[0]) is not str:
+            continue
+        kind, value = entry
         if kind == "value":
             namespace[name] = value
         elif kind.startswith("module:"):

@@ -338,10 +338,12 @@ def solution_process(program, entry_point, commands, answers):
             serve(kind, job)
             continue
         flush()
-        serve_in_fork(lambda kind=kind, job=job: serve(kind, job), answers, receive, answer)
+        serve_in_fork(
+            lambda kind=kind, job=job: serve(kind, job), commands, answers, receive, answer
+        )
 
 
-def serve_in_fork(body, answers, receive, answer):
+def serve_in_fork(body, commands, answers, receive, answer):
     """Run ``body()`` in a fork (a fresh copy of the loaded module); relay its answer.
 
     The fork writes one frame on its own pipe; it is passed on once the fork ended (it is
@@ -355,6 +357,7 @@ def serve_in_fork(body, answers, receive, answer):
     if pid == 0:
         try:
             os.close(up_read)
+            os.close(commands)  # later requests are not its to read (nor a child's of it)
             os.dup2(up_write, answers)  # its answer goes to this process, not the harness
             os.close(up_write)
             parent_death_signal()
