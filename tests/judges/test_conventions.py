@@ -277,3 +277,24 @@ def test_conventions_a_task_cannot_use_are_refused_when_it_is_read(conventions) 
 
     with pytest.raises(ValidationError):
         task("cpp", [("", "")], conventions=conventions)
+
+
+DEEP_JS = (
+    "const n = Number(require('fs').readFileSync(0, 'utf8'));\n"
+    "function depth(k) { return k === 0 ? 0 : depth(k - 1) + 1; }\n"
+    "console.log(depth(n));\n"
+)
+
+
+async def test_deep_recursion_in_node_is_bounded_by_memory(bwrap_sandbox, builder) -> None:
+    needs("javascript")
+    deep = await judge(bwrap_sandbox, builder, "javascript", DEEP_JS, [("200000", "200000")])
+    assert deep.verdict is Verdict.PASSED, deep.message  # Node's default: RangeError at ~10^4
+    default = {"conventions": {"stack_bytes": None}}
+    small = await judge(
+        bwrap_sandbox, builder, "javascript", DEEP_JS, [("200000", "200000")], **default
+    )
+    assert small.verdict is Verdict.ERROR, small.message
+    assert b"Maximum call stack size exceeded" in small.run.stderr
+    endless = await judge(bwrap_sandbox, builder, "javascript", DEEP_JS, [("-1", "0")])
+    assert endless.verdict in (Verdict.ERROR, Verdict.MEMORY_EXCEEDED), endless.message

@@ -236,7 +236,8 @@ class Builder:
                 argv, files, launcher = python_program(argv, code, conventions)
                 return Program(language, argv, files, spec.env, launcher)
             python = code if language == "python" else None
-            return Program(language, argv, {name: code}, spec.env, python)
+            stack = conventions.stack_bytes if conventions and language == "javascript" else None
+            return Program(language, argv, {name: code}, spec.env, python, stack)
         argv = spec.compile(toolchain, name)
         if conventions is not None:
             argv = await asyncio.to_thread(

@@ -17,8 +17,8 @@ from execgym.judges.languages import SPECS, stack_limit_bytes
 from execgym.limits import Limits
 from execgym.tasks.models import Task
 
-NATIVE_LANGUAGES = frozenset({"c", "cpp", "rust", "go"})
-"""Languages compiled to a native binary, whose stack limit the conventions set."""
+STACK_LANGUAGES = frozenset({"c", "cpp", "rust", "go", "javascript"})
+"""Languages whose stack limit the conventions set (native binaries, and Node.js)."""
 
 _BUILT_BY_KIND = frozenset({"stdio", "assert"})
 """Kinds whose programs are built by the compile step (and get the conventions)."""
@@ -31,7 +31,7 @@ def effective_limits(task: Task, limits: Limits) -> dict[str, Any]:
         The fields of :class:`~execgym.limits.Limits` of each run of the rollout's
         program (seconds, bytes, counts), plus, where they apply: ``case_time_limit_s``
         (the task's per-case wall time: each stdio run's, or each function call's),
-        ``stack_bytes`` (compiled native programs; ``None`` is the sandbox's default)
+        ``stack_bytes`` (native programs and Node.js; ``None`` is the default)
         and ``compile`` (the compile step's limits, same fields).
 
     Raises:
@@ -42,7 +42,7 @@ def effective_limits(task: Task, limits: Limits) -> dict[str, Any]:
     if task.case_time_limit_s is not None:
         echoed["case_time_limit_s"] = task.case_time_limit_s
     compiled = task.kind in _BUILT_BY_KIND and (task.kind == "stdio" or task.language != "python")
-    if compiled and task.language in NATIVE_LANGUAGES:
+    if compiled and task.language in STACK_LANGUAGES:
         run = task.run_limits(task_limits)
         echoed["stack_bytes"] = stack_limit_bytes(task.conventions.stack_bytes, run)
     if compiled and SPECS[task.language].compile is not None:

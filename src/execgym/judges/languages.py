@@ -30,6 +30,8 @@ BINARY = "main"
 _EXEC_COPY = 'cp -- "$0" ./.execgym-exe && chmod 700 ./.execgym-exe && exec ./.execgym-exe "$@"'
 _RAISE_STACK = 'ulimit -s {kib} 2>/dev/null || ulimit -s "$(ulimit -H -s)" 2>/dev/null; '
 """Raises the stack's soft limit (to the hard limit when that is lower) before exec."""
+_V8_HEADROOM_KIB = 8192
+"""Stack left to native frames below Node's ``--stack-size`` (KiB)."""
 
 PYTHON_LAUNCHER = b"""\
 import builtins, sys
@@ -65,8 +67,9 @@ class Program:
         python_source: For Python, the script that starts it, so a run without
             arguments or extra files goes through :meth:`Sandbox.run_python` (the warm
             pool, when used), with :attr:`files` beside it.
-        stack_bytes: A compiled program's stack limit: ``"memory"`` (the run's memory
-            limit), bytes, or ``None`` (the sandbox's default, 8 MiB on most hosts).
+        stack_bytes: The stack limit of a compiled native program or a Node.js one:
+            ``"memory"`` (the run's memory limit), bytes, or ``None`` (the sandbox's
+            default, 8 MiB on most hosts; Node's own ~1 MB).
     """
 
     language: str
@@ -107,15 +110,28 @@ class Program:
         )
 
     def with_stack(self, limits: Limits) -> list[str]:
-        """:attr:`argv`, raising the stack limit first for a compiled program.
+        """:attr:`argv`, raising the stack limit first for a compiled program or Node.
 
         The native launcher is ``/bin/sh -c SCRIPT``: ``ulimit -s`` goes at the start of
-        its script, so the limit is set in the process that then execs the program.
+        its script, so the limit is set in the process that then execs the program. Node
+        is started the same way, with ``--stack-size`` 8 MiB below that limit.
         """
         stack = stack_limit_bytes(self.stack_bytes, limits)
-        if stack is None or tuple(self.argv[:2]) != ("/bin/sh", "-c"):
+        if stack is None:
             return list(self.argv)
-        script = _RAISE_STACK.format(kib=math.ceil(stack / 1024)) + self.argv[2]
+        kib = math.ceil(stack / 1024)
+        if self.language == "javascript" and kib > 2 * _V8_HEADROOM_KIB:
+            # V8 stops at --stack-size (RangeError) only if the OS stack is larger still:
+            # the flag is given only when ulimit could raise the stack (AtCoder runs
+            # ``node --stack-size={memory:kb}``).
+            script = (
+                f'ulimit -s {kib} 2>/dev/null && exec "$0" --stack-size={kib - _V8_HEADROOM_KIB} '
+                '"$@"; exec "$0" "$@"'
+            )
+            return ["/bin/sh", "-c", script, *self.argv]
+        if tuple(self.argv[:2]) != ("/bin/sh", "-c"):
+            return list(self.argv)
+        script = _RAISE_STACK.format(kib=kib) + self.argv[2]
         return [*self.argv[:2], script, *self.argv[3:]]
 
 

@@ -210,9 +210,11 @@ class Conventions(_Strict):
             AtCoder and DOMjudge do), so a ``#ifndef ONLINE_JUDGE freopen(...)`` guard
             reads stdin, not a file.
         stack_bytes: The stack limit (``RLIMIT_STACK``) of compiled native programs (C,
-            C++, Rust, Go): ``"memory"`` (default) is the run's memory limit, so deep
-            recursion is bounded by memory and not by the 8 MiB default; a number of
-            bytes; or ``None`` for the sandbox's default. Python threads are not
+            C++, Rust, Go) and of Node.js (with ``--stack-size`` 8 MiB below it, as
+            AtCoder runs ``node --stack-size={memory:kb}``): ``"memory"`` (default) is
+            the run's memory limit, so deep recursion is bounded by memory and not by
+            the 8 MiB default (Node's ~1 MB); a number of bytes; or ``None`` for the
+            defaults. Python threads are not
             changed: ``threading.stack_size`` is the program's to set, and its stack
             is memory like any other.
     """
