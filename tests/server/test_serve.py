@@ -100,3 +100,28 @@ def test_serve_refuses_bad_settings_with_exit_1(monkeypatch: pytest.MonkeyPatch)
         assert "root" in as_root.output
     usage = CliRunner().invoke(main, ["serve", "--port", "0"])
     assert usage.exit_code == 2
+
+
+def test_serve_flags_reach_run_code_and_openenv_plays_a_real_episode() -> None:
+    """A real ``execgym serve --run-code-network loopback``: a SandboxFusion request (no
+    ``network`` field) serves and calls itself on 127.0.0.1; OpenEnv's own client
+    (``openenv-core``) plays a shipped example task over ``/ws`` in a real sandbox."""
+    from importlib.util import find_spec
+
+    from tests.server.test_sandboxfusion_conformance import PROGRAMS
+
+    require(find_spec("openenv") is not None, "openenv-core (pip install 'execgym[dev]')")
+    from openenv.core import GenericEnvClient
+
+    with serving(dict(os.environ), "--workers", "1", "--run-code-network", "loopback") as url:
+        body = {"language": "python", "code": PROGRAMS["python"]["loopback"]}
+        answer = httpx.post(f"{url}/run_code", json=body, timeout=60).json()
+        assert answer["status"] == "Success", answer
+        assert answer["run_result"]["stdout"] == "served\n"
+        with GenericEnvClient(base_url=url, message_timeout_s=120).sync() as env:
+            first = env.reset(task_id="example/pager-last-page")
+            assert "last" in first.observation["problem_statement"].lower()
+            listed = env.step({"tool": "list_dir", "arguments": {"path": "."}})
+            assert listed.observation["ok"] is True
+            assert "pager" in listed.observation["output"]
+            assert (listed.done, env.state()["step_count"]) == (False, 1)
