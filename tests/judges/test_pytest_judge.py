@@ -347,3 +347,17 @@ async def test_a_skip_raised_by_the_solution_is_not_a_pass(bwrap_sandbox, mode: 
         bwrap_sandbox, completion, TASK.model_copy(update={"pytest_mode": mode})
     )
     assert judgement.verdict is not Verdict.PASSED, judgement.details["tests"]
+
+
+async def test_a_test_body_may_import_the_rollout(bwrap_sandbox) -> None:
+    """``from solution import add`` inside a test (after collection) was a KeyError in the
+    solution's process, so correct code failed; the module is imported there on demand."""
+    body = "def test_add():\n    from solution import add\n    assert add(2, 3) == 5\n"
+    task = TASK.model_copy(update={"test_files": {"test_add.py": body}})
+    right = await judge(bwrap_sandbox, "def add(a, b):\n    return a + b\n", task)
+    assert right.verdict is Verdict.PASSED, right.message
+    wrong = await judge(bwrap_sandbox, "def add(a, b):\n    return 0\n", task)
+    assert wrong.verdict is Verdict.FAILED, wrong.message
+    broken = await judge(bwrap_sandbox, "raise ValueError('no')\n", task)
+    assert broken.verdict is Verdict.FAILED, broken.message
+    assert "ValueError" in broken.message
