@@ -108,14 +108,26 @@ async def test_the_solution_process_holds_nothing_of_its_pid_1s_end_report(pool)
     # stderr, its own /dev/null stdin and the two pipes to the harness.
     # The first runs of a new pool may run the harness as PID 2 (staged before the
     # zygote had it preloaded); later ones run it as PID 1, the case that matters here.
-    seen = "def check(c):\n    assert c() == [[0, 1, 2, 3, 4, 5], '/dev/null', 1, %d], c()\n"
-    for harness_pid in (1, 2):
-        task = Task(task_id="t/fds", prompt="", entry_point="f", tests=seen % harness_pid)
-        for _ in range(max(2, os.cpu_count() or 1) + 2):
-            judgement = await AssertJudge().judge(
-                task, SEES_ITS_DESCRIPTORS_AND_SHARED_PAGES, pool, Limits(wall_time_s=5)
+    # With state "shared" the solution's process is the harness's child and answers each
+    # call itself; with "fresh" (the default) each call runs in a fork of it (one level
+    # deeper, its parent the loaded solution), which must hold no more than its parent.
+    shared = "def check(c):\n    assert c() == [[0, 1, 2, 3, 4, 5], '/dev/null', 1, %d], c()\n"
+    fresh = (
+        "def check(c):\n    fds, stdin, pages, parent = c()\n"
+        "    assert set(fds) <= {0, 1, 2, 3, 4, 5} and stdin == '/dev/null', (fds, stdin)\n"
+        "    assert (pages, parent) == (1, %d + 1), (pages, parent)\n"
+    )
+    for state, seen in (("shared", shared), ("fresh", fresh)):
+        for harness_pid in (1, 2):
+            task = Task(
+                task_id="t/fds", prompt="", entry_point="f", tests=seen % harness_pid, state=state
             )
-        assert judgement.verdict is (Verdict.PASSED if harness_pid == 1 else Verdict.FAILED)
+            for _ in range(max(2, os.cpu_count() or 1) + 2):
+                judgement = await AssertJudge().judge(
+                    task, SEES_ITS_DESCRIPTORS_AND_SHARED_PAGES, pool, Limits(wall_time_s=5)
+                )
+            expected = Verdict.PASSED if harness_pid == 1 else Verdict.FAILED
+            assert judgement.verdict is expected, (state, judgement.message)
 
 
 FORGES_ITS_END = """
@@ -480,6 +492,7 @@ async def test_a_judges_harness_is_preloaded_and_runs_as_pid_1_with_the_same_ver
         prompt="def pids():\n",
         tests="def check(candidate):\n    assert candidate() == EXPECTED, candidate()\n",
         entry_point="pids",
+        state="shared",  # the solution answers its calls itself, as the harness's child
     )
     body = "    import os\n    return [os.getpid(), os.getppid()]\n"
     async with WarmPoolSandbox() as pool:
