@@ -196,6 +196,7 @@ def test_the_vendored_testlib_is_upstreams() -> None:
     assert digest == "bb323e3c89285214966076e0d23d5a295c5f6126da7ff198c1276ddb95ecb1a0"
 
 
+@pytest.mark.timeout(300)  # the first compiles testlib.h at -O2: ~15 s idle, ~60 s under load
 @pytest.mark.parametrize(
     ("completion", "verdict", "said"),
     [

@@ -49,7 +49,7 @@ from importlib import resources
 from execgym.judges.base import Judgement, Verdict, tail_text
 from execgym.judges.cases import CaseResult, case_judgement, run_verdict
 from execgym.judges.compare import compare_output
-from execgym.judges.compile import Builder, compile_limits_for
+from execgym.judges.compile import COMPILE_LIMITS, Builder, compile_limits_for
 from execgym.judges.languages import Program
 from execgym.limits import Limits
 from execgym.sandbox.base import RunResult, Sandbox, Status
@@ -80,6 +80,10 @@ CHECKER_REJECTS = {
 every other outcome is the checker's own failure (``_fail`` is 3)."""
 
 _NAMES = ("input.txt", "expected.txt", "actual.txt")
+
+CHECKER_COMPILE_LIMITS = COMPILE_LIMITS.merged(wall_time_s=180.0)
+"""A checker compiles once per task (then from the cache), and a testlib checker is a
+200 KB header at ``-O2``: on a loaded host its wall time, not its CPU, nears 60 s."""
 
 
 def testlib_header() -> bytes:
@@ -133,7 +137,9 @@ class StdioJudge:
         python = checker.language == "python"
         source = _PYTHON_CHECKER if python else checker.source
         headers = {"testlib.h": testlib_header()} if checker.language in ("c", "cpp") else None
-        built = await self.builder.build(checker.language, source, sandbox, headers=headers)
+        built = await self.builder.build(
+            checker.language, source, sandbox, CHECKER_COMPILE_LIMITS, headers=headers
+        )
         if isinstance(built, Program) and python:
             files = {**built.files, "checker.py": checker.source.encode("utf-8", "surrogatepass")}
             built = dataclasses.replace(built, files=files)
