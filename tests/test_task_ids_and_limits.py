@@ -149,3 +149,38 @@ async def test_the_service_treats_duplicates_alike() -> None:
     assert result["verdict"] == "invalid", result
     assert result["reward"] is None
     assert "duplicate task_id 't/1'" in result["message"]
+
+
+def test_effective_limits_follow_each_kinds_rule() -> None:
+    from execgym.judges.effective import effective_limits
+    from execgym.limits import Limits
+    from execgym.tasks import Task
+
+    base = Limits(wall_time_s=10, cpu_time_s=10, memory_bytes=512 * MiB)
+    call = Task.model_validate(
+        {
+            "task_id": "t/call",
+            "kind": "function_call",
+            "fn_name": "f",
+            "case_time_limit_s": 0.5,
+            "test_cases": [{"args": [1], "expected": 1}] * 4,
+        }
+    )
+    echoed = effective_limits(call, base)
+    assert echoed["wall_time_s"] == 4.0  # 0.5 s per call x 4 + 2 s, FunctionCallJudge's rule
+    assert echoed["case_time_limit_s"] == 0.5
+    assert "compile" not in echoed
+    unittest = Task.model_validate(
+        {"task_id": "t/u", "kind": "unittest", "tests": "x", "limits": {"memory_bytes": GiB}}
+    )
+    assert effective_limits(unittest, base)["memory_bytes"] == GiB
+    rust = Task.model_validate(
+        {"task_id": "t/r", "kind": "assert", "language": "rust", "prompt": "", "tests": "x"}
+    )
+    echoed = effective_limits(rust, base)
+    assert echoed["stack_bytes"] == 512 * MiB
+    assert echoed["compile"]["memory_bytes"] == 2 * GiB
+    java = Task.model_validate(
+        {"task_id": "t/j", "kind": "stdio", "language": "java", "test_cases": [{"output": ""}]}
+    )
+    assert "stack_bytes" not in effective_limits(java, base)  # Java keeps its own -Xss
