@@ -163,6 +163,15 @@ async def test_a_reference_check_that_does_not_finish_is_a_sandbox_error(
     assert "did not finish" in judgement.message
 
 
+async def test_a_checker_is_not_held_to_the_rollouts_case_time_limit(
+    bwrap_sandbox, builder
+) -> None:
+    source = "import time\ntime.sleep(1.5)\n"  # accepts, slowly
+    task = split_task({"source": source}).model_copy(update={"case_time_limit_s": 0.5})
+    judgement = await judge(bwrap_sandbox, builder, RIGHT, task)
+    assert judgement.verdict is Verdict.PASSED, judgement.message
+
+
 async def test_the_reference_check_is_done_once_per_checker_and_case(
     bwrap_sandbox, builder
 ) -> None:

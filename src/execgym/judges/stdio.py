@@ -81,6 +81,10 @@ every other outcome is the checker's own failure (``_fail`` is 3)."""
 
 _NAMES = ("input.txt", "expected.txt", "actual.txt")
 
+CHECKER_MIN_TIME_S = 10.0
+"""Each checker run gets at least this many seconds (wall and CPU), whatever the case's
+time limit: the limit is the rollout's, and a checker's run is not."""
+
 CHECKER_COMPILE_LIMITS = COMPILE_LIMITS.merged(wall_time_s=180.0)
 """A checker compiles once per task (then from the cache), and a testlib checker is a
 200 KB header at ``-O2``: on a loaded host its wall time, not its CPU, nears 60 s."""
@@ -171,7 +175,13 @@ class StdioJudge:
             return early
         actual = run.stdout.decode("utf-8", errors="replace")
         if isinstance(checker, Program) and task.checker is not None:
-            return await self._check(task.checker, checker, case, run, sandbox, limits)
+            # The checker's time is its own, not the rollout's per-case limit: a checker
+            # slow to read an output must not be blamed on it (nor masked).
+            checker_limits = limits.merged(
+                wall_time_s=max(limits.wall_time_s, CHECKER_MIN_TIME_S),
+                cpu_time_s=max(limits.cpu_time_s, CHECKER_MIN_TIME_S),
+            )
+            return await self._check(task.checker, checker, case, run, sandbox, checker_limits)
         outcome = compare_output(case.output, actual, task.comparison)
         if outcome.matched:
             return CaseResult(Verdict.PASSED, run)
