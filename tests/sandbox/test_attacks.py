@@ -44,7 +44,8 @@ monkeypatch, ``/etc/shadow``, the checkout) in the output. A last test checks th
 after the whole module nothing of ours is left.
 
 New files in ``/tmp``, ``/dev/shm`` and the checkout count as the run's when their name
-holds the marker or starts with ``execgym``, or they belong to the sandbox uid (65534):
+holds the marker or starts with ``execgym``, or they belong to the sandbox uid (65534, or
+as root a uid of the runs' range, ``execgym.sandbox._uids``):
 other people's unrelated files appearing meanwhile on a shared machine are not failures.
 
 Already covered elsewhere, and not repeated here: file-name escapes with ``../``, ``/``,
@@ -81,6 +82,7 @@ import execgym.errors
 from execgym.limits import Limits, MiB, parse_size
 from execgym.sandbox import RunResult, Status, WarmPoolSandbox
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
+from execgym.sandbox._uids import uid_range
 from execgym.sandbox.bwrap import SANDBOX_UID
 from tests.conftest import descendants, processes_with, run_cgroups
 
@@ -337,7 +339,8 @@ def _is_ours(path: Path, marker: str, names: set[str]) -> bool:
         owner = path.lstat().st_uid
     except OSError:
         return False  # gone again
-    if marker in path.name or owner == SANDBOX_UID:
+    first, count = uid_range()  # as root each run is a uid of this range
+    if marker in path.name or owner == SANDBOX_UID or first <= owner < first + count:
         return True
     return path.name.startswith("execgym") and path.is_dir() and _holds(path, marker, names)
 
