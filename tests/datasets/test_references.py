@@ -46,7 +46,8 @@ MAY_FAIL: dict[str, dict[str, str]] = {
     # Slow references: near the 10 s limit on a loaded 2-core machine, well under it
     # when it is idle (trial division over 9999 numbers; large searches).
     "mbpp": {"123": "timeout"},
-    # sum_average's MBPP+ inputs reach n = 10**8: about 40 s of CPU when the machine is idle.
+    # sum_average's MBPP+ inputs reach n = 10**8: about 40 s of CPU when the machine is
+    # idle (its own limits: evalplus.MBPPPLUS_LIMITS), minutes on a loaded one.
     "mbppplus": {"Mbpp/599": "timeout"},
 }
 """References whose verdict depends on load: either passed or this verdict."""

@@ -306,7 +306,7 @@ def solution_process(program, entry_point, commands, answers):
         after = snapshot([], {k: values[k] for k in before})
         return [[k, values[k]] for k in before if after.get(k) != before[k]] or None
 
-    receive = make_frames(os.read, os.write)[2]
+    orphan_kill = parent_death_signal()
     for request in requests(commands, flush):
         if request[0] == "load":
             _, fresh_instance, fresh_state, names, wanted = request
@@ -328,68 +328,91 @@ def solution_process(program, entry_point, commands, answers):
                 raised(error)
                 continue
             state["fresh"] = fresh_state
+            if fresh_state:
+                import gc
+
+                gc.freeze()  # forks then copy no page for the collector's sake
             if state["get_target"] is None and entry_point:
                 answer("missing", entry_point)
             else:
                 answer("loaded", found)
+            if state["fresh"]:  # from now on, a fork of this process takes each request
+                serve_in_forks(serve, commands, answer, flush, orphan_kill)
             continue
-        kind, job = request
-        if not state["fresh"]:
-            serve(kind, job)
-            continue
-        flush()
-        serve_in_fork(
-            lambda kind=kind, job=job: serve(kind, job), commands, answers, receive, answer
-        )
+        serve(*request)
 
 
-def serve_in_fork(body, commands, answers, receive, answer):
-    """Run ``body()`` in a fork (a fresh copy of the loaded module); relay its answer.
+def serve_in_forks(serve, commands, answer, flush, orphan_kill):
+    """Serve every later request in a fork of this (loaded) process, one fork each.
 
-    The fork writes one frame on its own pipe; it is passed on once the fork ended (it is
-    killed once it answered). A
-    fork that ends without a whole answer (a crash, ``os._exit``, a signal) is
-    answered ``("exited", how, signal)`` here.
+    Each fork is made ahead of its request and reads it from ``commands`` itself, so the
+    fork's cost is not on the harness's path; it closes ``commands`` (later requests are
+    not its to read, nor a child's of it), answers the harness itself, and then writes
+    one byte on a pipe of its own to say so. This process then kills it (it has nothing
+    more to do: a forged early answer gains nothing), reaps it and makes the next. A
+    fork that ends without saying so (a crash, ``os._exit``, a signal) is answered
+    ``("exited", how, signal)`` here. Never returns: at the harness's EOF it leaves.
     """
-    send = make_frames(os.read, os.write)[0]
-    up_read, up_write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
+    receive, loads = make_frames(os.read, os.write)[2], make_codec()[1]
+    while True:
+        flush()
+        done_read, done_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(done_read)
+                orphan_kill()
+                message = receive(commands)
+                if message is None:  # the harness is done
+                    os.write(done_write, b"E")
+                    os._exit(0)
+                os.close(commands)
+                serve(*loads(message))
+                os.write(done_write, b"!")
+            finally:
+                os._exit(0)
+        os.close(done_write)
         try:
-            os.close(up_read)
-            os.close(commands)  # later requests are not its to read (nor a child's of it)
-            os.dup2(up_write, answers)  # its answer goes to this process, not the harness
-            os.close(up_write)
-            parent_death_signal()
-            body()
+            finished = os.read(done_read, 1)
         finally:
+            os.close(done_read)
+        if finished == b"!":
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        _, status = os.waitpid(pid, 0)
+        if finished == b"E":
             os._exit(0)
-    os.close(up_write)
-    data = receive(up_read)
-    os.close(up_read)
-    if data is not None:  # answered: it has nothing more to do (a forged frame: neither)
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    _, status = os.waitpid(pid, 0)
-    if data is not None:
-        send(answers, data)
-        return
-    if os.WIFSIGNALED(status):
-        answer("exited", "killed by signal %d" % os.WTERMSIG(status), os.WTERMSIG(status))
-    else:
-        answer("exited", "exited with code %d" % os.WEXITSTATUS(status), 0)
+        if finished:
+            continue
+        if os.WIFSIGNALED(status):
+            answer("exited", "killed by signal %d" % os.WTERMSIG(status), os.WTERMSIG(status))
+        else:
+            answer("exited", "exited with code %d" % os.WEXITSTATUS(status), 0)
 
 
 def parent_death_signal():
-    """In a fork of the solution: SIGKILL when its parent dies (the harness killed it)."""
+    """``kill()``, for a fork of the solution: SIGKILL it when its parent dies.
+
+    The harness kills the solution's process past a call's time limit; the fork serving
+    the call must not outlive it. Bound once, called in each fork.
+    """
     found = sys.modules.get("ctypes")
-    if found is not None:
+    if found is None:
+        return lambda: None
+    try:
+        prctl = found.CDLL(None).prctl
+    except BaseException:
+        return lambda: None
+
+    def kill():
         try:
-            found.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+            prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
         except BaseException:
             pass
+
+    return kill
 
 
 def as_plain_class(kind):
