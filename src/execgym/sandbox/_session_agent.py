@@ -1,4 +1,7 @@
-"""The agent of a persistent session. Runs INSIDE a bwrap sandbox, as uid 65534.
+"""The agent of a persistent session. Runs INSIDE a bwrap sandbox, unprivileged.
+
+As an ordinary user it is uid 65534 of the sandbox's user namespace; as root, a host
+uid of the session's own (:mod:`execgym.sandbox._uids`).
 
 It serves requests from the host over a Unix SEQPACKET socket (its fd number is the
 last argument), each a JSON header plus descriptors:

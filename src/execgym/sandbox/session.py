@@ -2,10 +2,11 @@
 
 Multi-turn agent episodes need a sandbox whose files (and background processes) survive
 between commands. :func:`open_session` starts a bwrap sandbox with the same isolation
-as a one-shot run (namespaces, read-only system view, uid 65534, seccomp, a private
-tmpfs ``/work`` of ``Limits.disk_bytes``) whose program is a small agent
-(:mod:`execgym.sandbox._session_agent`). Memory and process limits apply to the whole
-session through its cgroup; each command has its own wall-clock, CPU and output limits.
+as a one-shot run (namespaces, read-only system view, an unprivileged uid, as root a
+host uid of its own, seccomp, a private tmpfs ``/work`` of ``Limits.disk_bytes``)
+whose program is a small agent (:mod:`execgym.sandbox._session_agent`). Memory and
+process limits apply to the whole session through its cgroup; each command has its own
+wall-clock, CPU and output limits.
 
 A session is reclaimed, with every process in it, when it is closed, when it has been
 idle for ``idle_timeout_s``, when it has lived ``max_lifetime_s``, when its agent dies,
@@ -44,6 +45,7 @@ from execgym.sandbox._rlimits import rlimits_for
 from execgym.sandbox._run import BASE_ENV
 from execgym.sandbox._seccomp import seccomp_program
 from execgym.sandbox._supervise import Supervisor
+from execgym.sandbox._uids import UidBlock, process_block
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import WORK_DIR, BubblewrapSandbox
 from execgym.sandbox.pool import _archive
@@ -81,9 +83,14 @@ class Session:
         self._opened = time.monotonic()
         self._last_used = self._opened
         self._watchdog: asyncio.Task[None] | None = None
+        self._uids: UidBlock | None = None  # as root, the session's own host uid
+        self._uid: int | None = None
 
     async def _start(self) -> None:
         box = BubblewrapSandbox()
+        if os.geteuid() == 0:  # a host uid no other run or session has (see _uids)
+            self._uids = process_block()
+            self._uid = self._uids.take() if self._uids is not None else None
         loop = asyncio.get_running_loop()
         host_end, agent_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._cgroup = RunCgroup.create(self.limits)
@@ -97,6 +104,7 @@ class Session:
             [*python_command("-c")[:-1], "-c", agent, str(_CONTROL_FD)],
             self.limits,
             ["--seccomp", str(_SECCOMP_FD)],
+            uid=self._uid,
         )
         seccomp_fd = memfd_with(seccomp_program(self.limits.network), "execgym-seccomp")
         fd_map = {_CONTROL_FD: agent_end.fileno(), _SECCOMP_FD: seccomp_fd}
@@ -122,6 +130,9 @@ class Session:
                 preexec_fn=_make_preexec(spec, fd_map),
                 start_new_session=True,
             )
+        except BaseException:
+            self._give_uid()
+            raise
         finally:
             agent_end.close()
             os.close(seccomp_fd)
@@ -207,9 +218,15 @@ class Session:
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
+        self._give_uid()  # every process of the session is gone
         if self._watchdog is not None and self._watchdog is not asyncio.current_task():
             self._watchdog.cancel()
         return errors
+
+    def _give_uid(self) -> None:
+        if self._uids is not None and self._uid is not None:
+            self._uids.give(self._uid)
+        self._uid = None
 
     def peak_memory_bytes(self) -> int | None:
         """Peak memory of the whole session so far (its cgroup), or ``None`` if unknown."""
