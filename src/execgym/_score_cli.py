@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import itertools
 import signal
 import sys
 from collections import Counter
@@ -34,6 +33,9 @@ if TYPE_CHECKING:  # imported when used: the command line starts before they are
     from execgym.scoring import ScoredRollout
     from execgym.tasks.loaders import LineProblem, RolloutLine
     from execgym.tasks.models import Task
+
+_SEEN_BITS = 1 << 25
+"""Bits of :class:`RolloutStream`'s bitmap of rollout ids (4 MiB, touched as ids come)."""
 
 SHOWN_LIMITS = ("memory_bytes", "cpu_time_s", "max_processes")
 """The limits whose enforcement depends on the host (cgroups or rlimits), in the summary."""
@@ -69,7 +71,10 @@ class RolloutStream:
         self.total = count_lines(path)
         self._tasks = tasks
         self._skipped = skipped
-        self._id_hashes = array.array("q")
+        self._seen = bytearray(_SEEN_BITS // 8)  # a bit per hash of a rollout id seen
+        # Hashes whose bit was already set, in one buffer: scattered small int objects
+        # would each pin an allocator page among the batch's short-lived objects.
+        self._maybe_repeated = array.array("q")
         self._unknown: dict[str, int] = {}
         self.damaged: DamagedInput | None = None
 
@@ -89,7 +94,12 @@ class RolloutStream:
             else:
                 rollout = item.rollout
                 rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"
-                self._id_hashes.append(hash(rollout_id))
+                digest = hash(rollout_id)
+                bit = digest % _SEEN_BITS
+                if self._seen[bit >> 3] & (1 << (bit & 7)):
+                    self._maybe_repeated.append(digest)
+                else:
+                    self._seen[bit >> 3] |= 1 << (bit & 7)
                 if rollout.task_id not in self._tasks:
                     self._unknown[rollout.task_id] = self._unknown.get(rollout.task_id, 0) + 1
             yield item
@@ -100,8 +110,7 @@ class RolloutStream:
         warn_unknown_tasks(self._unknown, self._skipped)
 
     def _warn_repeated(self) -> None:
-        hashes = sorted(self._id_hashes)
-        repeated_hashes = {a for a, b in itertools.pairwise(hashes) if a == b}
+        repeated_hashes = set(self._maybe_repeated)
         if not repeated_hashes:
             return
         from execgym.tasks.loaders import RolloutLine
