@@ -29,9 +29,10 @@ code, until a job naming ``"staged": slot`` arrives; it then goes on from step 2
 The zygote itself never reads a job's contents (they stay in the passed descriptors),
 so no rollout can find another's program, tests or nonce in memory it inherits. The
 pool prepends :mod:`execgym.sandbox._proctree` (``tree_cpu_time_s``) to this source. It
-reports ``{"began": id}`` once a run is forked (or handed to its staged init: the
-host's clocks start then, not while the job waits in the queue), and ``{"run": id,
-"status": wait status, "cpu_s": seconds, "maxrss_kb": kb}`` when
+reports ``{"began": id, "at": t}`` once a run is forked (or handed to its staged init:
+the host's clocks start then, not while the job waits in the queue; ``t`` is
+``time.monotonic()`` here, which times the run), and ``{"run": id, "status": wait
+status, "cpu_s": seconds, "maxrss_kb": kb, "at": t}`` when
 a run ends (``{"run": id, "error": why}`` if it could not be forked), and kills a
 run's process on ``{"kill": id}``. With the end it reports ``"processes"``, what the run
 started, and ``"written"``, the bytes the run's processes wrote: its PID 1 kills and
@@ -58,6 +59,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 PRELOADED = (
     "abc", "bisect", "collections", "copy", "dataclasses", "decimal", "enum", "fractions",
@@ -801,7 +803,8 @@ def serve():
             runs[pid] = (header["run"], network)
             if None in uids.of_pid:
                 uids.of_pid[pid] = uids.of_pid.pop(None)
-            control.send(json.dumps({"began": header["run"]}).encode())  # the host's clocks
+            began = {"began": header["run"], "at": time.monotonic()}  # the host's clocks
+            control.send(json.dumps(began).encode())
             if poll:
                 polled[pid] = [poll.get("cpu_time_s"), poll.get("memory_bytes"), 0, None]
             for fd in fds:
@@ -879,6 +882,7 @@ def send_end(control, run, pid, end, status, cpu_s, maxrss_kb, killed_cpu, polle
                 "killed_for": why,
                 "processes": started if started >= 0 else None,
                 "written": written if written >= 0 else None,
+                "at": time.monotonic(),  # the run's end by the zygote's clock (CLOCK_MONOTONIC)
             }
         ).encode()
     )

@@ -325,7 +325,8 @@ class WarmPoolSandbox:
             return
         began = self._began.pop(body.get("began", body.get("run")), None)
         if began is not None and not began.done():
-            began.set_result(None)
+            at = body.get("at") if "began" in body else None
+            began.set_result(at if isinstance(at, int | float) else None)
         if "began" in body:
             return
         future = self._pending.pop(body["run"], None)
@@ -635,7 +636,7 @@ class WarmPoolSandbox:
             "poll": poll,
         }
         exited: asyncio.Future[dict[str, Any]] = loop.create_future()
-        began: asyncio.Future[None] = loop.create_future()
+        began: asyncio.Future[float | None] = loop.create_future()
         self._pending[run_id] = exited
         self._began[run_id] = began
 
@@ -648,6 +649,7 @@ class WarmPoolSandbox:
             for read_end, _ in pipes.values():
                 os.close(read_end)
 
+        sent = time.monotonic()
         try:
             await self._send(json.dumps(header).encode(), given)
         except BaseException:
@@ -661,11 +663,19 @@ class WarmPoolSandbox:
             # The clocks start when the zygote starts the run, not while the job waits
             # in its queue (hundreds at once on a busy machine): a run is never timed
             # out for our queue, and a kill never goes to a run not forked yet.
-            await began
+            zygote_began = await began
         except BaseException:
             abandon()
             raise
         started = time.monotonic()
+        # The wall time reported is the zygote's (CLOCK_MONOTONIC, the host's too: no time
+        # namespace): this coroutine may resume much later on a busy event loop, even
+        # after the run ended (its wall time was then near 0, which --calibrate-limits
+        # took for the reference's). The limit is still enforced from `started`: a run
+        # is never timed out for our event loop's lateness.
+        began_at = started
+        if zygote_began is not None and sent <= zygote_began <= started:
+            began_at = zygote_began
 
         def kill() -> None:
             if cgroup is not None:
@@ -699,6 +709,9 @@ class WarmPoolSandbox:
             )
             ended = time.monotonic()
             body = exited.result()
+            at = body.get("at")
+            if isinstance(at, int | float) and began_at <= at <= ended:
+                ended = at  # when the zygote saw the run end, not when we got round to it
             if "error" in body:
                 raise SandboxSetupFailed(body["error"])
             if cgroup is not None:
@@ -712,7 +725,7 @@ class WarmPoolSandbox:
         outcome = outcome_of(
             watcher,
             wait_status=body["status"],
-            wall_time_s=ended - started,
+            wall_time_s=ended - began_at,
             cgroup=cgroup,
             rusage_cpu_s=body["cpu_s"],
             rusage_peak_bytes=max(body["maxrss_kb"] * 1024, body.get("peak_bytes", 0)),
