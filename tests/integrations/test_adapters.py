@@ -297,3 +297,23 @@ def test_verl_episode_score_has_the_same_keys_for_every_episode() -> None:
     assert (ended["score"], ended["tool_calls"]) == (1.0, 3.0)
     assert (never_ended["score"], never_ended["masked"]) == (0.0, 0.0)
     assert (masked["score"], masked["masked"], masked["verdict"]) == (0.0, 1.0, "sandbox_error")
+
+
+async def test_openrlhf_remote_reward_server_bounds_request_bodies() -> None:
+    # Found by QA (2026-12-02): the README serves this app on 0.0.0.0 with plain uvicorn,
+    # and it had none of `execgym serve`'s body guard: any body was read whole into
+    # memory (and a trickled one kept its connection forever). It now has the same
+    # limits, from the same EXECGYM_SERVER_* variables; no token (OpenRLHF sends none).
+    from execgym.testing import FakeSandbox, fake_result
+
+    environ = {"EXECGYM_SERVER_MAX_BODY_BYTES": "4KiB"}
+    async with RewardClient(sandbox=FakeSandbox([fake_result()])) as client:
+        app = create_app(client, environ=environ)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rm") as http:
+            big = {"query": ["x" * 8192], "prompts": ["p"], "labels": [ADD_CASES]}
+            answer = await http.post("/get_reward", json=big)
+            assert answer.status_code == 413
+            assert "EXECGYM_SERVER_MAX_BODY_BYTES" in answer.text
+            small = await http.post("/get_reward", json={"query": ["a"], "labels": [1, 2]})
+            assert small.status_code == 422  # under the limit: the app reads it as before

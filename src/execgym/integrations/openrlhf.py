@@ -64,14 +64,25 @@ def _reward_name(environ: Mapping[str, str]) -> str:
 def create_app(client: RewardClient | None = None, environ: Mapping[str, str] = os.environ) -> Any:
     """The FastAPI app serving ``POST /get_reward`` (and ``/``) for OpenRLHF.
 
+    Request bodies are guarded as ``execgym serve`` guards them
+    (:class:`execgym.server.middleware.BodyLimit`, with the same variables:
+    ``EXECGYM_SERVER_MAX_BODY_BYTES``, 64 MiB, then 413;
+    ``EXECGYM_SERVER_BODY_IDLE_TIMEOUT_S`` and ``..._MIN_BODY_RATE_BYTES_PER_S``, then
+    408), without a token: OpenRLHF's ``remote_rm_url`` client sends none.
+
     Args:
         client: The client to score with; one from ``EXECGYM_REWARD`` by default.
-        environ: Where ``EXECGYM_REWARD`` is read.
+        environ: Where ``EXECGYM_REWARD`` and the ``EXECGYM_SERVER_*`` body limits are read.
 
     Raises:
-        ConfigError: for an unknown reward.
+        ConfigError: for an unknown reward or a bad ``EXECGYM_SERVER_*`` value.
     """
     from fastapi import FastAPI
+
+    from execgym.server.middleware import BodyLimit
+    from execgym.server.settings import ServerSettings
+
+    settings = ServerSettings.from_env(environ)
 
     scorer = client or RewardClient(reward=_reward_name(environ))
     app = FastAPI(title="execgym reward server (OpenRLHF)")
@@ -82,6 +93,12 @@ def create_app(client: RewardClient | None = None, environ: Mapping[str, str] = 
     app.post("/get_reward")(get_reward)
     app.post("/")(get_reward)
     app.router.on_shutdown.append(scorer.aclose)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        idle_timeout_s=settings.body_idle_timeout_s,
+        min_rate_bytes_per_s=settings.min_body_rate_bytes_per_s,
+    )
     return app
 
 
