@@ -316,3 +316,15 @@ def test_the_command_line_state_option_and_each_result_says_which_ran(
         (result,) = [json.loads(line) for line in out.read_text().splitlines()]
         verdicts[state] = (result["verdict"], result["details"]["state"])
     assert verdicts == {"fresh": ("failed", "fresh"), "shared": ("passed", "shared")}
+
+
+async def test_a_function_of_the_tests_with_asserts_runs_on_the_solutions_side(
+    bwrap_sandbox,
+) -> None:
+    tests = (
+        "def check(candidate):\n    def positive(x):\n        assert x > 0\n        return x\n"
+        "    assert candidate(positive, 3) == 3\n"
+    )
+    completion = "def f(g, x):\n    return g(x)\n"
+    result = await judge(bwrap_sandbox, assert_task(tests), completion)
+    assert result.verdict is Verdict.PASSED, result.message

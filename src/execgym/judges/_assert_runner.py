@@ -14,24 +14,36 @@ Protocol:
    then forks the **solution process**: it closes the report channel and every other
    descriptor but stdout and stderr, puts ``/dev/null`` on stdin, and waits for
    commands on a pipe. Only then does the harness read part two, ``<nonce> <mode>
-   <context size> <tests size> <code size> <magic>\n<context><tests><code><reference>``,
-   so the tests, the expected values, the nonce and the reference never exist in the
-   solution's memory. ``<code>`` is the context and tests compiled by the host and
-   marshalled (``assert_tests.compiled_tests``), used when ``<magic>`` is this
-   interpreter's bytecode version; else (or if empty) the harness compiles the text.
-3. The harness executes the context (the task's prompt, operator data) and the tests
-   in its own namespace and calls ``check(candidate)``, where ``candidate`` is a proxy:
-   each call sends the arguments to the solution process and gets its answer back,
-   both marshalled as plain data (``None``, ``bool``, ``int``, ``float``, ``complex``,
-   ``str``, ``bytes``, ``list``, ``tuple``, ``set``, ``frozenset``, ``dict``; exact
-   types only, at most 100 levels deep). Anything else is refused: a custom class, a
-   ``str`` subclass, an object overriding ``__eq__`` becomes a ``tampered`` verdict
-   naming the class; another type (a generator, a ``map``) an ``error``. The harness
-   decodes what it receives into fresh builtin objects, so nothing the solution
-   defines ever runs in the harness, and a malformed answer is ``tampered`` too.
+   <context size> <tests size> <code size> <magic> <state>\n<context><tests><code>
+   <reference>``, so the tests, the expected values, the nonce and the reference never
+   exist in the solution's memory (``<state>`` is ``fresh`` or ``shared``). ``<code>``
+   is the context and tests compiled by the host and marshalled
+   (``assert_tests.compiled_tests``), used when ``<magic>`` is this interpreter's
+   bytecode version; else (or if empty) the harness compiles the text.
+3. The harness loads the solution (``("load", ...)``: the names of the solution's module
+   that the tests use come back with their kinds) and binds those names in the tests'
+   namespace (:func:`bind_names`), then executes the context (the task's prompt,
+   operator data) and the tests there and calls ``check(candidate)``, where
+   ``candidate`` is a proxy: each call sends the arguments to the solution process and
+   gets its answer back, marshalled as plain data (``None``, ``bool``, ``int``,
+   ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``set``,
+   ``frozenset``, ``dict``; exact types only; results at most 100 levels deep,
+   arguments 250) plus the extensions of :class:`Solution` (objects of the tests'
+   classes by value, the tests' functions, builtin types, standard modules, the
+   solution's own names as :class:`Remote` recipes); arguments the call changed in
+   place are patched back. A ``str`` subclass or an object overriding ``__eq__``
+   becomes a ``tampered`` verdict naming the class; another object that is not plain
+   data comes back as an opaque :class:`Remote`. The harness decodes what it receives
+   into fresh builtin objects (or objects of the tests' own classes), so nothing the
+   solution defines ever runs in the harness, and a malformed answer is ``tampered``.
    An exception raised by the solution is rebuilt as the builtin exception of that
-   name (or ``SolutionError``), so tests that expect one still work; ``SystemExit``,
+   name (or ``SolutionError``, always for ``StopIteration``, which would steer the
+   tests' loops), so tests that expect one still work; ``SystemExit``,
    ``KeyboardInterrupt`` or the solution process dying end the tests as an ``error``.
+   With state ``fresh`` (part two's last header field), every call is served by a fork
+   of the loaded solution process (:func:`serve_in_forks`). A ``check`` that passes
+   without calling the solution, or (when the host counted them) without running an
+   ``assert``, makes the task ``invalid`` (``task_error``).
 4. With a reference (part two ends with one), the reference runs in its own process
    first, against the same tests, and then the candidate: each process's CPU time and
    peak memory come from ``wait4``, measured in the same run under the same load. With
