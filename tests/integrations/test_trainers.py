@@ -441,9 +441,12 @@ async def test_openrlhf_http_mode_through_its_executor(openrlhf_server: str) -> 
 # ---- TRL -----------------------------------------------------------------------------
 
 
-def _calculate_rewards(reward_funcs: list[Any], inputs, prompts, completions, envs=None):
+def _calculate_rewards(
+    reward_funcs: list[Any], inputs, prompts, completions, envs=None, async_loop=None
+):
     grpo = trl_grpo
     fake = SimpleNamespace(
+        async_loop=async_loop,
         accelerator=SimpleNamespace(device=torch.device("cpu"), is_main_process=True),
         reward_funcs=reward_funcs,
         reward_processing_classes=[None] * len(reward_funcs),
@@ -487,6 +490,25 @@ def test_trl_reward_call_plain_and_conversational_humaneval_columns() -> None:
     # a sample without tests is None, which TRL turns into NaN (left out), never 0.0
     bare = _calculate_rewards([reward], [{"prompt": "p", "x": 1}], ["p"], [good])
     assert torch.isnan(bare[0, 0])
+    # make_async_reward on TRL's async path (run on the trainer's own event loop thread)
+    from execgym.integrations.trl import make_async_reward
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        both = _calculate_rewards(
+            [reward, make_async_reward("binary")],
+            [{"prompt": prompt, **row}] * 2,
+            [prompt] * 2,
+            [good, WRONG],
+            async_loop=loop,
+        )
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    assert both.tolist() == [[1.0, 1.0], [0.0, 0.0]]
 
 
 def test_trl_environment_get_reward_is_a_reward_source_not_a_tool() -> None:
