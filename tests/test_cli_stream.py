@@ -139,3 +139,33 @@ def test_the_command_line_imports_no_judge_data_set_or_broker_to_start() -> None
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_dash_output_writes_the_results_to_stdout_and_the_summary_to_stderr(
+    bwrap_sandbox, tmp_path: Path
+) -> None:
+    # Found by QA (2026-12-02): `-o -` wrote a file named "-" (and `-o /dev/stdout`
+    # mixed the summary into the JSONL), so `execgym score ... -o - | jq` read the summary.
+    import subprocess
+    import sys
+
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "r.jsonl",
+        [{"task_id": "t/1", "completion": "    return 1\n"}, {"task_id": "nope", "completion": ""}],
+    )
+    command = [sys.executable, "-m", "execgym", "score", str(tasks), str(rollouts), "-o", "-"]
+    done = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]  # nothing else on stdout
+    assert [(r["index"], r["verdict"]) for r in records] == [(0, "passed"), (1, "invalid")]
+    assert "pass@1" in done.stderr
+    assert "results: stdout" in done.stderr
+    assert not (tmp_path / "-").exists()
+    refused = CliRunner().invoke(
+        main, ["score", str(tasks), str(rollouts), "-o", "-", "--store", str(tmp_path / "s")]
+    )
+    assert refused.exit_code == 2
+    assert "-o PATH" in refused.output

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class ResultsFile:
     """The results file: write each result as a line, flushed; cut a partial line on failure.
 
     Args:
-        path: The file, created or truncated.
+        path: The file, created or truncated; ``"-"``: standard output (left open).
 
     Attributes:
         written: Lines written completely.
@@ -62,7 +63,11 @@ class ResultsFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._file: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        if self.path == "-":
+            sys.stdout.flush()
+            self._file: BinaryIO = open(sys.stdout.fileno(), "wb", closefd=False)  # noqa: SIM115
+        else:
+            self._file = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self.written = 0
         self.size = 0
         self._failed = False
@@ -88,7 +93,7 @@ class ResultsFile:
         """Close the file; after a failed write, drop what was written of the last line."""
         with contextlib.suppress(OSError):  # a failed write's data stays in the buffer
             self._file.close()
-        if self._failed:
+        if self._failed and self.path != "-":
             with contextlib.suppress(OSError):
                 if os.path.isfile(self.path) and os.stat(self.path).st_size > self.size:
                     os.truncate(self.path, self.size)

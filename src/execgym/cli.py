@@ -311,7 +311,8 @@ def _sandbox(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     type=click.Path(dir_okay=False),  # checked by _check_output, same for every user
     default="results.jsonl",
     show_default=True,
-    help="Results JSONL, one line per rollout, written as they finish.",
+    help="Results JSONL, one line per rollout, written as they finish; '-' writes them to "
+    "stdout (the summary then goes to stderr).",
 )
 @_isolation_option
 @click.option(
@@ -516,7 +517,11 @@ def score(
     except Error as error:
         raise click.ClickException(str(error)) from error
     # After the usage errors (they say more), before any rollout is scored.
-    _check_output(output, tasks_path, rollouts_path)
+    to_stdout = output == "-"  # the results are the output: the summary goes to stderr
+    if to_stdout and store_url is not None:
+        raise click.UsageError("--store uploads the results file: give -o PATH, not -o -")
+    if not to_stdout:
+        _check_output(output, tasks_path, rollouts_path)
     if store_url is not None:
         from execgym._storage_cli import check_store
 
@@ -561,13 +566,14 @@ def score(
             order,
             output,
         )
-        isolation_line = f"isolation: {isolation}; results: {output}"
+        isolation_line = f"isolation: {isolation}; results: {'stdout' if to_stdout else output}"
     if isinstance(stream, RolloutStream):
         stream.warn()
-    click.echo(outcome.tally.summary(time.monotonic() - started, k_values).render())
-    click.echo(isolation_line)
+    summary = outcome.tally.summary(time.monotonic() - started, k_values).render()
+    click.echo(summary, err=to_stdout)
+    click.echo(isolation_line, err=to_stdout)
     if broker is None and (line := outcome.enforcement_line()):
-        click.echo(line)
+        click.echo(line, err=to_stdout)
     if store_url is not None:
         from execgym._storage_cli import upload_results
 
