@@ -63,6 +63,7 @@ def write_inputs(folder: Path, count: int, completion: str, name: str) -> tuple[
 def peak_rss(tasks: Path, rollouts: Path, workers: int, folder: Path) -> tuple[float, float, str]:
     """``(peak RSS in MiB, wall seconds, the summary's verdict line)`` of one CLI run."""
     report = folder / "rss"
+    report.unlink(missing_ok=True)  # a run that does not report must not read the last one's
     out = folder / "results.jsonl"
     env = {**os.environ, "EXECGYM_BENCH_RSS": str(report)}
     argv = [sys.executable, "-c", _WRAPPER, "score", str(tasks), str(rollouts), "-o", str(out)]
