@@ -328,3 +328,9 @@ async def test_a_function_of_the_tests_with_asserts_runs_on_the_solutions_side(
     completion = "def f(g, x):\n    return g(x)\n"
     result = await judge(bwrap_sandbox, assert_task(tests), completion)
     assert result.verdict is Verdict.PASSED, result.message
+
+
+async def test_every_result_says_which_state_ran_even_without_a_report(bwrap_sandbox) -> None:
+    task = assert_task(STATEFUL, state="shared")
+    result = await judge(bwrap_sandbox, task, "def f(x):\n    while True:\n        pass\n")
+    assert (result.verdict, result.details["state"]) == (Verdict.TIMEOUT, "shared")

@@ -381,4 +381,6 @@ class AssertJudge:
             state=state or task.state,
         )
         run = await sandbox.run_python(self._runner, stdin=job, limits=limits, want_report=True)
-        return interpret_run(run, nonce)
+        judgement = interpret_run(run, nonce)
+        judgement.details.setdefault("state", state or task.state)  # also without a report
+        return judgement

@@ -179,4 +179,7 @@ class FunctionCallJudge:
                 limits=limits,
                 want_report=True,
             )
+            judgement = interpret_call_run(task, run, nonce)
+            judgement.details.setdefault("state", state or task.state)  # also without a report
+            return judgement
         return interpret_call_run(task, run, nonce)
