@@ -245,3 +245,41 @@ def test_validated_tasks_are_written_one_per_line_for_splitlines_readers(tmp_pat
     loaded, problems = load_tasks(path)
     assert problems == []
     assert [t.prompt for t in loaded.values()] == [t.prompt for t in tasks]
+
+
+class _CountedChunk(bytes):
+    """A chunk that counts the bytes the line splitter copies or scans through it."""
+
+    handled = 0
+
+    def __radd__(self, other: bytes) -> bytes:  # `partial_line + chunk`
+        _CountedChunk.handled += len(other) + len(self)
+        return bytes(other) + bytes(self)
+
+    def split(self, *args, **kwargs):  # type: ignore[override]
+        _CountedChunk.handled += len(self)
+        return bytes(self).split(*args, **kwargs)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_line_longer_than_many_chunks_is_read_in_linear_work(
+    tmp_path: Path, monkeypatch, suffix: str
+) -> None:
+    # Found by QA (2026-12-02): the partial line was joined to every new chunk and split
+    # again, so a line of n chunks cost n^2 / 2 chunk copies: one rollout with a 70 MiB
+    # file took 198 s of the host's CPU before it was refused (and once more to count
+    # the lines). Counted, not timed: each byte is handled a bounded number of times.
+    from execgym.tasks import loaders
+
+    chunks = loaders._chunks
+    monkeypatch.setattr(loaders, "_chunks", lambda *a: (_CountedChunk(c) for c in chunks(*a)))
+    monkeypatch.setattr(loaders, "CHUNK_BYTES", 1024)
+    long_line = json.dumps({"task_id": "t/1", "completion": "x" * 2_000_000})
+    text = "\n".join(['{"task_id": "t/1", "completion": "a"}', long_line, long_line, ""])
+    path = tmp_path / f"r{suffix}"
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    _CountedChunk.handled = 0
+    items = list(load_rollouts(path))
+    assert [len(item.rollout.completion) for item in items] == [1, 2_000_000, 2_000_000]
+    assert _CountedChunk.handled <= 2 * len(data)
