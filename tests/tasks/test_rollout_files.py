@@ -283,3 +283,31 @@ def test_a_line_longer_than_many_chunks_is_read_in_linear_work(
     items = list(load_rollouts(path))
     assert [len(item.rollout.completion) for item in items] == [1, 2_000_000, 2_000_000]
     assert _CountedChunk.handled <= 2 * len(data)
+
+
+def test_an_integer_too_long_to_read_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
+    # Found by QA (2026-12-02): json.loads raises a plain ValueError (not a
+    # JSONDecodeError) for an integer over Python's 4300-digit limit, and the loader read
+    # its `.msg`: AttributeError, and `execgym score` died with a traceback, scoring nothing.
+    huge = "1" * 5000
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        '{"task_id": "t/1", "completion": "a"}\n'
+        f'{{"task_id": "t/1", "completion": "b", "seed": {huge}}}\n'
+        '{"task_id": "t/1", "completion": "c"}\n'
+    )
+    items = list(load_rollouts(path))
+    assert [type(item).__name__ for item in items] == ["RolloutLine", "LineProblem", "RolloutLine"]
+    assert "4300" in items[1].message
+    assert "write it as a string" in items[1].message
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        '{"task_id": "t/1", "prompt": "def f():\\n", "entry_point": "f", '
+        '"tests": "def check(c):\\n    assert c() == 1\\n"}\n'
+        f'{{"task_id": "t/2", "kind": "function_call", "fn_name": "f", "prompt": "", '
+        f'"test_cases": [{{"args": [], "expected": {huge}}}]}}\n'
+    )
+    loaded, problems = load_tasks(tasks)
+    assert list(loaded) == ["t/1"]
+    assert [p.line_number for p in problems] == [2]
+    assert "4300" in problems[0].message

@@ -219,8 +219,14 @@ def read_jsonl(
 def _parse(line: str, path: Path, number: int, index: int) -> dict[str, Any] | LineProblem:
     try:
         value = json.loads(line)
-    except ValueError as error:
+    except json.JSONDecodeError as error:
         return LineProblem(str(path), number, index, f"not valid JSON ({error.msg})")
+    except ValueError as error:  # an integer past Python's int_max_str_digits (4300)
+        why = (
+            f"not usable JSON ({error}); an integer this long cannot be read here: "
+            "write it as a string"
+        )
+        return LineProblem(str(path), number, index, why)
     except RecursionError:
         return LineProblem(str(path), number, index, "not usable JSON (nested too deeply to read)")
     if not isinstance(value, dict):
