@@ -352,7 +352,8 @@ class Scorer:
         """Score one rollout (or turn an unusable line into an ``invalid`` result)."""
         isolation = self.sandbox.name
         if isinstance(item, LineProblem):
-            result = _invalid(item.index, "", f"line-{item.line_number}", str(item), isolation)
+            task_id = item.task_id or ""  # the line's, when it could be read
+            result = _invalid(item.index, task_id, f"line-{item.line_number}", str(item), isolation)
             return self._finished(result, "unknown")
         rollout = item.rollout
         rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"

@@ -311,3 +311,21 @@ def test_an_integer_too_long_to_read_is_a_bad_line_not_a_crash(tmp_path: Path) -
     assert list(loaded) == ["t/1"]
     assert [p.line_number for p in problems] == [2]
     assert "4300" in problems[0].message
+
+
+async def test_a_bad_rollout_line_keeps_its_readable_task_id_in_its_result(tmp_path: Path) -> None:
+    # Found by QA (2026-12-02): `{"task_id": "t/1", "completion": 5}` was scored invalid
+    # with task_id "", so per-task counts and joins on task_id lost it.
+    from execgym import Scorer, Task
+    from execgym.testing import FakeSandbox, fake_result
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"task_id": "t/1", "completion": 5}\n{"completion": "x"}\n[1]\n')
+    task = Task(task_id="t/1", prompt="", tests="def check(c):\n    assert c()\n", entry_point="f")
+    scorer = Scorer({"t/1": task}, FakeSandbox([fake_result()]))
+    results = await scorer.score(load_rollouts(path))
+    assert [(r.task_id, r.verdict.value) for r in results] == [
+        ("t/1", "invalid"),
+        ("", "invalid"),
+        ("", "invalid"),
+    ]

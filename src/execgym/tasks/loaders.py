@@ -343,7 +343,8 @@ def load_rollouts(
         try:
             yield RolloutLine(index, Rollout.model_validate(value))
         except ValidationError as error:
-            yield LineProblem(str(path), number, index, _describe(error))
+            task_id = value.get("task_id") if isinstance(value.get("task_id"), str) else None
+            yield LineProblem(str(path), number, index, _describe(error), task_id)
 
 
 def load_dataset(name: str) -> dict[str, Task]:
