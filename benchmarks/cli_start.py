@@ -1,0 +1,74 @@
+"""The command line's fixed cost: ``execgym score`` of one rollout, end to end (issue 23).
+
+Interleaved runs (minimum and median of ``--runs``): the interpreter alone, importing
+``execgym.cli``, and scoring one trivial rollout with the warm pool (interpreter start,
+imports, loading, the pool's start, the self-test, the rollout, the summary). Target:
+the last under 0.3 s. ``PYTHONDONTWRITEBYTECODE`` is unset for the runs, as on a normal
+install (with it, every run compiles execgym's sources again).
+
+    .venv/bin/python benchmarks/cli_start.py [--runs 7] [--old-src PATH]
+
+``--old-src`` adds the same rows for another checkout's ``src`` (run with
+``PYTHONPATH``), to compare in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TASK = {
+    "task_id": "t/1",
+    "prompt": "def f():\n",
+    "entry_point": "f",
+    "tests": "def check(candidate):\n    assert candidate() == 1\n",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--old-src", default=None)
+    args = parser.parse_args()
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "tasks.jsonl").write_text(json.dumps(TASK) + "\n")
+        rollout = {"task_id": "t/1", "completion": "    return 1\n"}
+        (folder / "rollouts.jsonl").write_text(json.dumps(rollout) + "\n")
+        score = ["-m", "execgym", "score", str(folder / "tasks.jsonl")]
+        score += [str(folder / "rollouts.jsonl"), "-o", str(folder / "out.jsonl")]
+        commands: dict[str, tuple[list[str], dict[str, str]]] = {
+            "python -c pass": ([sys.executable, "-c", "pass"], {}),
+            "import execgym.cli": ([sys.executable, "-c", "import execgym.cli"], {}),
+            "execgym score, 1 rollout": ([sys.executable, *score], {}),
+        }
+        if args.old_src:
+            old = {"PYTHONPATH": args.old_src}
+            commands["old: import execgym.cli"] = (commands["import execgym.cli"][0], old)
+            commands["old: execgym score, 1 rollout"] = (
+                commands["execgym score, 1 rollout"][0],
+                old,
+            )
+        for argv, extra in commands.values():  # bytecode written, caches warm
+            subprocess.run(argv, env={**base, **extra}, capture_output=True, check=True)
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(args.runs):
+            for name, (argv, extra) in commands.items():
+                started = time.perf_counter()
+                subprocess.run(argv, env={**base, **extra}, capture_output=True, check=True)
+                times[name].append(time.perf_counter() - started)
+    print(f"seconds, {args.runs} interleaved runs each")
+    for name, values in times.items():
+        print(f"{name:<32} min {min(values):.3f}  median {statistics.median(values):.3f}")
+
+
+if __name__ == "__main__":
+    main()
