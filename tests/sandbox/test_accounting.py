@@ -146,9 +146,49 @@ async def test_a_judges_rollout_counts_the_same_on_the_pool_and_a_fresh_sandbox(
         runs = [r.judgement.run for r in results]
         assert all(r.processes_started is not None for r in runs), runs
         figures[name] = {(r.processes_started, r.bytes_written is not None) for r in runs}
-    # The harness and the solution's own process, on both; a fresh sandbox's init cannot
-    # read its I/O figures as an ordinary user, the pool's can.
-    assert figures == {"fresh": {(2, AS_ROOT)}, "pool": {(2, True)}}, figures
+    # With fresh state (the task's default) every call is served by a fork of the loaded
+    # solution, made ahead of its request: the harness, the solution's own process, one
+    # fork per call (7 here) and the one made ahead that read the end of the requests,
+    # which the harness waits for, so it is there every time: 10, on both tiers. (This
+    # read 0 on a fresh sandbox, whose init took only the first digit of "11", and 9 or
+    # 10 on the pool, as that last fork won the race with the harness's exit or not.)
+    # A fresh sandbox's init cannot read its I/O figures as an ordinary user; the pool's can.
+    assert figures == {"fresh": {(10, AS_ROOT)}, "pool": {(10, True)}}, figures
+
+
+MANY_THREADS = b"""
+import sys, threading
+for _ in range(int(sys.stdin.read()) - 1):
+    worker = threading.Thread(target=lambda: None)
+    worker.start()
+    worker.join()
+"""
+
+
+@pytest.mark.parametrize("started", [9, 10, 99, 100, 1000])
+async def test_counts_of_several_digits_are_read_whole(
+    bwrap_sandbox, prestarted_sandbox, pool, started
+) -> None:
+    """The last PID is read whole: the init took only its first digit (dash's ``read``
+    takes a byte per ``read()``, and a sysctl file answers only at offset 0), so 9 to 18
+    processes counted as 0, 99 as 8, 1000 as 0."""
+    stdin = str(started).encode()
+    results = [
+        await bwrap_sandbox.run_python(MANY_THREADS, stdin=stdin),
+        await pool.run_python(MANY_THREADS, stdin=stdin),
+    ]
+    assert await prestarted_sandbox.prestart()
+    results.append(
+        await prestarted_sandbox.run(
+            [os.path.realpath(sys.executable), "-I", "-S", "runner.py"],
+            files={"runner.py": MANY_THREADS},
+            stdin=stdin,
+        )
+    )
+    assert "prestarted" in results[-1].enforcement["start"]
+    for result in results:
+        assert result.status is Status.OK, result
+    assert [r.processes_started for r in results] == [started] * 3
 
 
 async def test_a_run_killed_before_its_init_counts_has_no_process_count(
@@ -198,6 +238,32 @@ def test_the_init_script_runs_under_the_usual_shells(shell, tmp_path) -> None:
     fields = counts.read_bytes().split()
     assert len(fields) in (1, 3)
     assert all(field.isdigit() for field in fields)
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash", "busybox"])
+def test_the_init_script_reads_the_whole_last_pid_under_the_usual_shells(shell, tmp_path) -> None:
+    """In a PID namespace of its own the init's count is exact under every shell, past
+    one digit: the init (PID 1), the program (PID 2) and the 12 processes it starts."""
+    path, unshare = shutil.which(shell), shutil.which("unshare")
+    require(path is not None, f"{shell} (apt-get install {shell})")
+    require(unshare is not None, "unshare (util-linux)")
+    assert path is not None
+    assert unshare is not None
+    namespace = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+    probe = subprocess.run([*namespace, "true"], capture_output=True, check=False)
+    require(probe.returncode == 0, f"unprivileged PID namespaces ({probe.stderr!r})")
+    argv = [path, "sh"] if shell == "busybox" else [path]
+    counts = tmp_path / "counts"
+    program = ["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do /bin/true; done"]
+    script = [*argv, "-c", INIT_SCRIPT, "execgym-init", *program]
+    done = subprocess.run(
+        [*namespace, "/bin/sh", "-c", 'exec 4>"$0"; exec "$@"', str(counts), *script],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done
+    assert counts.read_bytes().split()[0] == b"14"  # read as b"1" from ns_last_pid
 
 
 def test_the_results_line_and_the_broker_carry_both_figures() -> None:

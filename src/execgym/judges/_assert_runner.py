@@ -241,15 +241,17 @@ def main():
     if reference:
         truth = Solution(reference, entry_point, codec, frames)
         verdict, _ = run_tests(truth)
-        truth.stop()
+        truth.stop(END_WAIT_S)
         fields += [
             ("reference_verdict", verdict),
             ("reference_cpu_s", truth.cpu_s),
             ("reference_maxrss_kb", truth.maxrss_kb),
         ]
     verdict, more = run_tests(candidate)
-    if reference:  # measured only when compared: killing and reaping costs about 1 ms
-        candidate.stop()
+    if reference:  # measured only when compared: reaping orphans costs about 1 ms
+        candidate.stop(END_WAIT_S)
+    else:  # it leaves first, so the run's process count is the same every time
+        candidate.finish(END_WAIT_S)
     fields += more
     fields += [
         ("state", "fresh" if fresh_state else "shared"),

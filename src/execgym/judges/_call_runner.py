@@ -173,6 +173,7 @@ def main():
     results = run_cases(solution, cases, int(limit_ms) / 1000, encode, string)
     if results is None:
         status("tampered", solution.problem[4], solution.problem[2], field="hack")
+    solution.finish(END_WAIT_S)  # it leaves first: the run's process count is the same each time
     state = '"fresh"' if state == b"fresh" else '"shared"'
     report('{"status": "ok", "state": %s, "results": [%s]}' % (state, ", ".join(results)))
 

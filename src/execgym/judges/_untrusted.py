@@ -480,6 +480,10 @@ def make_non_dumpable():
     return None
 
 
+END_WAIT_S = 1.0
+"""How long a solution's process may take to leave at EOF once all calls are done
+(:meth:`Solution.finish`; about a millisecond unless its code holds it up), in seconds."""
+
 LIVE_SOLUTIONS = set()
 """The pids of the solution processes not yet stopped (never reaped as orphans)."""
 
@@ -833,31 +837,68 @@ class Solution:
     def __call__(self, *args, **kwargs):
         return self.call(args, kwargs)
 
-    def stop(self):
-        """Kill the process (all calls are done) and collect its CPU time and peak memory.
+    def stop(self, wait_s=0):
+        """End the process (all calls are done) and collect its CPU time and peak memory.
 
-        Its figures are those of its whole process tree: its own (with the children it
-        reaped), plus every process it left behind (:func:`reap_orphans`), so work done
-        in a child it never waits for is charged to it too.
+        ``wait_s``: end it as :meth:`finish` does (it leaves at EOF); by default it is
+        killed at once (a call that timed out, a process that died). Its figures are
+        those of its whole process tree: its own (with the children it reaped), plus
+        every process it left behind (:func:`reap_orphans`), so work done in a child it
+        never waits for is charged to it too.
         """
         if self.status is not None:
             return self.status
+        usage = self.finish(wait_s)
+        left_cpu_s, left_maxrss_kb = reap_orphans()
+        self.cpu_s = usage.ru_utime + usage.ru_stime + left_cpu_s
+        self.maxrss_kb = usage.ru_maxrss + left_maxrss_kb
+        return self.status
+
+    def finish(self, wait_s=0):
+        """Close the pipes, let the process leave within ``wait_s`` s, else kill; reap it.
+
+        At EOF on its commands the process leaves by itself: with fresh state, after the
+        fork it made ahead for the next request has read that EOF and left too. Waiting
+        for that (about a millisecond) makes the run's process count the same every
+        time (the harness, this process and each fork it made: one per request, plus
+        that last one); killing it at once, or leaving it to the run's end, counted the
+        last fork only if it won the race. A process still there after ``wait_s``
+        seconds (its code held it up) is killed. Returns the ``wait4`` resource usage;
+        :attr:`status` is set (``None`` if it was set before: nothing is done).
+        """
+        if self.status is not None:
+            return None
         for fd in (self.commands, self.answers):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        try:
-            os.kill(self.pid, 9)
-        except OSError:
-            pass
-        _, status, usage = os.wait4(self.pid, 0)
+        if wait_s and not self.exits_within(wait_s):
+            wait_s = 0
+        if not wait_s:
+            try:
+                os.kill(self.pid, 9)
+            except OSError:
+                pass
+        _, self.status, usage = os.wait4(self.pid, 0)
         LIVE_SOLUTIONS.discard(self.pid)
-        self.status = status
-        left_cpu_s, left_maxrss_kb = reap_orphans()
-        self.cpu_s = usage.ru_utime + usage.ru_stime + left_cpu_s
-        self.maxrss_kb = usage.ru_maxrss + left_maxrss_kb
-        return status
+        return usage
+
+    def exits_within(self, wait_s):
+        """Whether the process ends within ``wait_s`` seconds (it is not reaped here).
+
+        ``False`` where that cannot be watched (no ``pidfd_open``): it is killed then.
+        """
+        import select
+
+        try:
+            handle = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            return False
+        try:
+            return bool(select.select([handle], [], [], wait_s)[0])
+        finally:
+            os.close(handle)
 
 
 def patch(original, new):

@@ -46,10 +46,10 @@ class RunResult:
         peak_memory_bytes: Peak memory of the run, or ``None`` if it cannot be measured.
         processes_started: Processes and threads the run's program started, itself
             included (each takes a PID of the run's PID namespace; the namespace's init
-            is not counted), read from the namespace's ``ns_last_pid`` by the init as it
-            ends; past ``pid_max`` it wraps. ``None`` where it is not counted: a run
-            killed before its init could count (a limit, a timeout), the ``none`` tier
-            (no PID namespace) and gVisor.
+            is not counted), the namespace's last PID (``ns_last_pid``) as its init
+            read it when the run ended; past ``pid_max`` it wraps. ``None`` where it is
+            not counted: a run killed before its init could count (a limit, a timeout),
+            the ``none`` tier (no PID namespace) and gVisor.
         bytes_written: Bytes the program and its processes passed to ``write``-family
             system calls (files, pipes, stdout and stderr alike), from Linux's per-task
             I/O accounting (``wchar`` in ``/proc/PID/io``), summed over the processes

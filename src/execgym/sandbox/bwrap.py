@@ -50,7 +50,7 @@ _INIT_PATH = "/run/execgym/sh"  # named sh: a busybox shell picks its applet by 
 INIT_SCRIPT = (
     "exec 6>&2 2>/dev/null; trap '' INT QUIT; "
     '(trap - INT QUIT; exec "$@" 2>&6 6>&- 4>&-); s=$?; '
-    "read n </proc/sys/kernel/ns_last_pid; "
+    "read x x x x n </proc/loadavg; "
     'while read k v; do [ "$k" = wchar: ] && a=$v; done </proc/self/io; '
     'while read k v; do [ "$k" = wchar: ] && b=$v; done </proc/self/task/$$/io; '
     'echo "$n $a $b" >&4; exit $s'
@@ -65,6 +65,14 @@ ignored by it and default in the program, so the program cannot end its PID 1. A
 program ends, the init writes to fd 4 the namespace's last PID (so the number of
 processes and threads the run had) and ``wchar`` of ``/proc/self/io``, with and without
 what it reaped (what the run's processes wrote; see ``RunResult.bytes_written``).
+
+The last PID is the fifth field of ``/proc/loadavg``, which Linux prints for the
+reader's own PID namespace (``fs/proc/loadavg.c``: the namespace's PID cursor less 1,
+the figure ``/proc/sys/kernel/ns_last_pid`` shows). Not ``ns_last_pid`` itself: dash's
+and busybox's ``read`` take a file one byte per ``read()``, and a sysctl file answers
+only a read at offset 0 (``proc_dointvec``), so ``read`` got its first digit alone
+(10 processes read as 1, counted as 0). ``/proc/loadavg`` is a seq_file, read right in
+any size.
 
 It is a copy of the host's shell that the sandbox can execute but not read: a process
 started from an unreadable file is not dumpable, so the program, although it has the
