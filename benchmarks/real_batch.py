@@ -147,7 +147,7 @@ def plain(rollouts: list[dict], timeout_s: float, workers: int) -> list[tuple[st
 
 def execgym_cli(
     rollouts_path: Path, timeout_s: float, workers: int, folder: Path, calibrated: bool
-) -> tuple[list[tuple[str, bool]], dict[str, int], float]:
+) -> tuple[list[tuple[str, bool]], dict[str, float], float]:
     out = folder / ("calibrated.jsonl" if calibrated else "fixed.jsonl")
     argv = [sys.executable, "-m", "execgym", "score", "--dataset", "humaneval"]
     argv += [str(rollouts_path), "-o", str(out), "--timeout", str(timeout_s)]
@@ -159,12 +159,16 @@ def execgym_cli(
     if done.returncode != 0:
         raise SystemExit(f"execgym score failed ({done.returncode}): {done.stderr[-2000:]}")
     passed: list[tuple[str, bool]] = []
-    verdicts: dict[str, int] = defaultdict(int)
+    verdicts: dict[str, float] = defaultdict(int)
     with out.open() as results:
         for line in results:
             record = json.loads(line)
             passed.append((record["task_id"], record["verdict"] == "passed"))
             verdicts[record["verdict"]] += 1
+            if record["verdict"] == "timeout":  # sandbox seconds the runaways took
+                verdicts["timeout_s"] = round(
+                    verdicts.get("timeout_s", 0) + (record["wall_time_s"] or 0), 1
+                )
     return passed, dict(verdicts), cpu_s
 
 
