@@ -82,7 +82,7 @@ def build_shim(root: Path, into: Path) -> None:
         header + "from sandbox.runners import *\n\n" + models + "\n"
     )
     client = (
-        "import httpx, os\nclient = httpx.Client(base_url=os.environ['EXECGYM_URL'], timeout=300)"  # noqa: E501
+        "import httpx, os\nclient = httpx.Client(base_url=os.environ['EXECGYM_URL'], timeout=300)"
     )
     for name in FILES:
         text = _read(root, f"sandbox/tests/runners/test_{name}.py")

@@ -250,7 +250,7 @@ SOLUTION_SKIPS = {
     "exec(compile(_src, '__test__.py', 'exec'), globals())\n",
     "code-compiled-as-unittests": "import unittest\n"
     "_src = 'def task_func(x):\\n    if x != 1:\\n"
-    "        raise unittest.SkipTest(\"x\")\\n    return 2\\n'\n"
+    '        raise unittest.SkipTest("x")\\n    return 2\\n\'\n'
     "exec(compile(_src, unittest.case.__file__, 'exec'), globals())\n",
     "skiptest-through-a-builtin": "import unittest\n"
     "def task_func(x):\n    return 2 if x == 1 else next(iter(()), None) or _skip()\n"
