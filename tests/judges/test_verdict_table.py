@@ -161,18 +161,20 @@ CASES: dict[str, tuple[Task, str, dict[str, str]]] = {
 }
 
 
-def table() -> dict[str, str]:
-    """``{case: verdict}`` from SECURITY.md's table."""
+def table() -> dict[str, set[str]]:
+    """``{case: verdicts}`` from SECURITY.md's table (a cell may say "`a` or `b`")."""
     text = SECURITY.read_text(encoding="utf-8")
     section = text[text.index(SECTION) :]
     section = section[: section.find("\n## ", len(SECTION))]
-    rows = re.findall(r"^\| `([a-z0-9-]+)` \|[^|]*\|[^|]*\| `([a-z_]+)` \|", section, re.M)
-    return dict(rows)
+    rows = re.findall(
+        r"^\| `([a-z0-9-]+)` \|[^|]*\|[^|]*\| (`[a-z_]+`(?: or `[a-z_]+`)*) \|", section, re.M
+    )
+    return {case: set(re.findall(r"`([a-z_]+)`", cell)) for case, cell in rows}
 
 
 def test_the_table_and_the_cases_agree() -> None:
     assert set(table()) == set(CASES)
-    assert all(not Verdict(v).is_masked for v in table().values())
+    assert all(not Verdict(v).is_masked for verdicts in table().values() for v in verdicts)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -191,5 +193,5 @@ async def test_each_rollout_controlled_failure_gets_its_verdict_and_a_reward(
     scorer = Scorer(TASKS, pool, LIMITS)
     rollout = Rollout(task_id=task.task_id, completion=completion, files=files)
     result = await scorer.score_one(RolloutLine(0, rollout))
-    assert result.verdict.value == table()[case], result.message
+    assert result.verdict.value in table()[case], result.message
     assert result.reward == 0.0, result.message
