@@ -41,6 +41,14 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.kill()
 
 
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes a test starts (append them); reaped when the test ends."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    reap(started)
+
+
 FAST = BrokerSettings(visibility_timeout_s=1.0, retry_after_s=0.05, max_queue_length=10_000)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -21,14 +21,7 @@ from execgym.broker.redis_streams import RedisStreamsBroker
 from execgym.errors import BrokerError, JobsLost
 from execgym.testing import FakeSandbox, harness_pass
 from execgym.worker import Worker, WorkerSettings
-from tests.broker.conftest import FAST, RedisServer, job, reap, spawn_fake_worker
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    reap(started)
+from tests.broker.conftest import FAST, RedisServer, job, spawn_fake_worker
 
 
 @pytest.fixture

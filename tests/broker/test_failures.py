@@ -10,21 +10,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from execgym.broker import ResultMessage, score_jobs
 from execgym.broker.keys import GROUP
 from execgym.broker.redis_streams import RedisStreamsBroker
-from tests.broker.conftest import FAST, RedisServer, job, reap, rss_bytes, spawn_fake_worker
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    reap(started)
+from tests.broker.conftest import FAST, RedisServer, job, rss_bytes, spawn_fake_worker
 
 
 @pytest.fixture
