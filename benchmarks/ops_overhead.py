@@ -4,8 +4,8 @@ Two measurements, each in alternating rounds (so both sides see the same machine
 
 - **per rollout, nothing running**: :meth:`execgym.Scorer.score` over N rollouts whose
   sandbox runs nothing (:class:`execgym.testing.FakeSandbox` answering "passed"), plain
-  vs with breakers, a :class:`~execgym.metrics.Metrics` registry and a
-  :class:`~execgym.metrics.MeteredSandbox` (what ``execgym serve`` and ``execgym
+  vs with breakers, a :class:`~execgym.ops.metrics.Metrics` registry and a
+  :class:`~execgym.ops.metrics.MeteredSandbox` (what ``execgym serve`` and ``execgym
   worker --metrics-port`` do); the difference per rollout is the bookkeeping's cost.
 - **HumanEval canonical, real sandboxes** (bwrap, warm pool): rollouts/s of the 164
   reference solutions, plain vs instrumented.
@@ -21,8 +21,8 @@ import statistics
 import time
 
 from execgym import RolloutLine, Scorer, canonical_rollouts, load_dataset
-from execgym.breakers import Breakers
-from execgym.metrics import MeteredSandbox, Metrics
+from execgym.ops.breakers import Breakers
+from execgym.ops.metrics import MeteredSandbox, Metrics
 from execgym.sandbox import Sandbox, WarmPoolSandbox
 from execgym.tasks.models import Rollout
 from execgym.testing import FakeSandbox, harness_pass

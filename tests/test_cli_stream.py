@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from execgym._results_file import json_line
-from execgym._score_cli import RolloutStream
 from execgym.cli import main
+from execgym.cli.score_inputs import RolloutStream
 from tests.conftest import ONE_TASK, write_jsonl
 
 
@@ -115,16 +116,16 @@ def test_the_rollout_stream_reads_lazily_and_counts_without_parsing(tmp_path: Pa
 
 def test_names_kept_beside_their_sources_for_a_fast_start_are_equal() -> None:
     # The command line names these itself, so that it starts without importing them.
-    from execgym import cli
-    from execgym._score_cli import OUTPUT_TAIL
+    from execgym.cli import options
+    from execgym.cli.score_batch import OUTPUT_TAIL
     from execgym.scoring import TAIL_BYTES
     from execgym.tasks.datasets import DATASETS
 
-    assert tuple(DATASETS) == cli.DATASETS
+    assert tuple(DATASETS) == options.DATASETS
     assert OUTPUT_TAIL == TAIL_BYTES
     from execgym.broker import EMBEDDED
 
-    assert cli.EMBEDDED == EMBEDDED
+    assert options.EMBEDDED == EMBEDDED
 
 
 def test_the_command_line_imports_no_judge_data_set_or_broker_to_start() -> None:
@@ -134,7 +135,7 @@ def test_the_command_line_imports_no_judge_data_set_or_broker_to_start() -> None
     code = (
         "import sys, execgym.cli\n"
         "heavy = ('execgym.scoring', 'execgym.tasks.models', 'execgym.broker',"
-        " 'execgym.metrics', 'pydantic', 'execgym.storage', 'execgym.episodes')\n"
+        " 'execgym.ops.metrics', 'pydantic', 'execgym.storage', 'execgym.episodes')\n"
         "print([m for m in heavy if m in sys.modules])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -169,3 +170,28 @@ def test_dash_output_writes_the_results_to_stdout_and_the_summary_to_stderr(
     )
     assert refused.exit_code == 2
     assert "-o PATH" in refused.output
+
+
+def test_score_opens_one_event_loop_for_loading_self_test_and_batch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Issue 19: loading, the self-test, the batch and its results file share one loop
+    # (execgym.cli.score_batch.run_batch); a second asyncio.run would start its own.
+    import asyncio.events
+
+    loops: list[object] = []
+    new_event_loop = asyncio.events.new_event_loop
+
+    def counted() -> asyncio.AbstractEventLoop:
+        loop = new_event_loop()
+        loops.append(loop)
+        return loop
+
+    monkeypatch.setattr(asyncio.events, "new_event_loop", counted)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{**ONE_TASK, "reference": "    return 1\n"}])
+    out = tmp_path / "out.jsonl"
+    args = ["score", str(tasks), "--solutions", "canonical", "--isolation", "none"]
+    code, stdout, stderr = run(*args, "--allow-root", "-o", str(out))
+    assert code == 0, stdout + stderr
+    assert json.loads(out.read_text())["verdict"] == "passed"
+    assert len(loops) == 1

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from execgym import logs
 from execgym._results_file import ResultsFile
-from execgym._score_cli import Outcome, _write_all
+from execgym.cli.score_batch import Outcome, _write_all
+from execgym.ops import logs
 from execgym.scoring import _invalid
 
 

@@ -18,7 +18,6 @@ import typing as _typing
 from execgym._version import __version__
 
 if _typing.TYPE_CHECKING:
-    from execgym.breakers import BreakerPolicy, Breakers
     from execgym.episodes import AsyncEnv, Env, RepoTask, make
     from execgym.errors import (
         ConfigError,
@@ -41,7 +40,8 @@ if _typing.TYPE_CHECKING:
         Verdict,
     )
     from execgym.limits import DEFAULT_LIMITS, Limits, parse_size
-    from execgym.metrics import Metrics
+    from execgym.ops.breakers import BreakerPolicy, Breakers
+    from execgym.ops.metrics import Metrics
     from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, load_spec
     from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
     from execgym.scoring import ScoredRollout, Scorer
@@ -61,8 +61,8 @@ if _typing.TYPE_CHECKING:
 # Imported on first use (PEP 562), so that ``import execgym.cli`` and the sandbox's
 # helpers do not pay for every subsystem: ``from execgym import Scorer`` still works.
 _LAZY = {
-    "BreakerPolicy": "execgym.breakers",
-    "Breakers": "execgym.breakers",
+    "BreakerPolicy": "execgym.ops.breakers",
+    "Breakers": "execgym.ops.breakers",
     "AsyncEnv": "execgym.episodes",
     "Env": "execgym.episodes",
     "RepoTask": "execgym.episodes",
@@ -86,7 +86,7 @@ _LAZY = {
     "DEFAULT_LIMITS": "execgym.limits",
     "Limits": "execgym.limits",
     "parse_size": "execgym.limits",
-    "Metrics": "execgym.metrics",
+    "Metrics": "execgym.ops.metrics",
     "RewardBreakdown": "execgym.reward",
     "RewardSpec": "execgym.reward",
     "binary_reward": "execgym.reward",

@@ -32,7 +32,7 @@ What proves a fault ours, verdict by verdict (:data:`MASKED`):
 
 The judges build their verdicts with this rule; the scorer (:mod:`execgym.scoring`),
 the reward (:func:`~execgym.reward.binary_reward`, :func:`~execgym.reward.evaluate`),
-the breakers (:mod:`execgym.breakers`), the worker and the metrics ask this module,
+the breakers (:mod:`execgym.ops.breakers`), the worker and the metrics ask this module,
 through :attr:`~execgym.judges.base.Verdict.is_masked`, :func:`is_masked` and
 :func:`counts_toward_breaker`. SECURITY.md ("Verdicts of rollout-controlled failures")
 lists, judge by judge, the failures a rollout controls and the verdict each gets.

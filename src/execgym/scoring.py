@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from execgym.breakers import Breakers, dataset_of, is_infrastructure_failure
 from execgym.calibration import Calibration, Calibrator
 from execgym.errors import ConfigError, Error, SandboxSetupFailed, TaskError
 from execgym.judges.assert_native import NativeAssertJudge
@@ -31,7 +30,8 @@ from execgym.judges.pytest_tests import PytestJudge
 from execgym.judges.stdio import StdioJudge
 from execgym.judges.unittest_tests import UnittestJudge
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.metrics import Metrics
+from execgym.ops.breakers import Breakers, dataset_of, is_infrastructure_failure
+from execgym.ops.metrics import Metrics
 from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, evaluate
 from execgym.reward.coverage import measure_coverage
 from execgym.reward.evaluate import check_tools

@@ -30,13 +30,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from execgym.breakers import Breakers, dataset_of
 from execgym.broker.base import Broker, Delivery
 from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.errors import BrokerError, ConfigError
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
-from execgym.logs import log_context
-from execgym.metrics import MeteredSandbox, Metrics
+from execgym.ops.breakers import Breakers, dataset_of
+from execgym.ops.logs import log_context
+from execgym.ops.metrics import MeteredSandbox, Metrics
 from execgym.sandbox.base import Sandbox
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.tasks.loaders import RolloutLine
@@ -109,7 +109,7 @@ class Worker:
             ``quarantined`` verdict at once; sandbox errors and dead-lettered jobs
             (which crashed or killed their worker) count as infrastructure failures.
         metrics: Where to record jobs, sandbox runs, queue depth and heartbeats (the
-            sandbox is then wrapped in a :class:`~execgym.metrics.MeteredSandbox`).
+            sandbox is then wrapped in a :class:`~execgym.ops.metrics.MeteredSandbox`).
     """
 
     def __init__(

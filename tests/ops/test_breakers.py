@@ -8,7 +8,11 @@ import asyncio
 
 import pytest
 
-from execgym.breakers import (
+from execgym.broker.client import make_jobs
+from execgym.broker.memory import MemoryBroker
+from execgym.errors import ConfigError
+from execgym.judges.base import Verdict
+from execgym.ops.breakers import (
     DEFAULT_SPEC,
     BreakerPolicy,
     Breakers,
@@ -16,11 +20,7 @@ from execgym.breakers import (
     Ticket,
     from_spec,
 )
-from execgym.broker.client import make_jobs
-from execgym.broker.memory import MemoryBroker
-from execgym.errors import ConfigError
-from execgym.judges.base import Verdict
-from execgym.metrics import Metrics
+from execgym.ops.metrics import Metrics
 from execgym.reward import binary_reward
 from execgym.sandbox.base import RunResult, Status
 from execgym.scoring import Scorer

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import execgym.metrics
+import execgym.ops.metrics
 from execgym.errors import ConfigError
-from execgym.logs import JsonFormatter, configure, log_context, settings_from
-from execgym.metrics import MeteredSandbox, Metrics
+from execgym.ops.logs import JsonFormatter, configure, log_context, settings_from
+from execgym.ops.metrics import MeteredSandbox, Metrics
 from execgym.testing import FakeSandbox, fake_result
 from tests.conftest import require
 
@@ -45,7 +45,7 @@ def test_dashboard_uses_only_metric_names_the_registry_defines() -> None:
 
 
 def test_every_metric_name_is_documented_in_the_registry_module() -> None:
-    doc = execgym.metrics.__doc__ or ""
+    doc = execgym.ops.metrics.__doc__ or ""
     for family in Metrics().registry.collect():
         scraped = family.name + ("_total" if family.type == "counter" else "")
         assert f"``{scraped}``" in doc, scraped

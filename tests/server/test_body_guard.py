@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from execgym.cli import _check_exposure, is_loopback, main
+from execgym.cli import main
+from execgym.cli.serve import check_exposure, is_loopback
 from execgym.server.middleware import BodyLimit
 from execgym.server.settings import ServerSettings
 
@@ -211,7 +212,7 @@ def test_loopback_needs_no_token_and_the_allowance_warns(
     assert is_loopback("localhost")
     assert is_loopback("::1")
     assert not is_loopback("0.0.0.0")
-    _check_exposure("127.0.0.1", None, allowed=False)  # no error
-    _check_exposure("0.0.0.0", "token", allowed=False)
-    _check_exposure("0.0.0.0", None, allowed=True)
+    check_exposure("127.0.0.1", None, allowed=False)  # no error
+    check_exposure("0.0.0.0", "token", allowed=False)
+    check_exposure("0.0.0.0", None, allowed=True)
     assert "WARNING" in capsys.readouterr().err

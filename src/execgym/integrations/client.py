@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from execgym.breakers import Breakers
 from execgym.errors import Error
 from execgym.integrations.extract import completion_text, extract_code
 from execgym.integrations.ground_truth import record_from_ground_truth, task_from_record
 from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.ops.breakers import Breakers
 from execgym.reward import RewardSpec, load_spec
 from execgym.sandbox.base import Sandbox
 from execgym.scoring import Scorer
@@ -70,7 +70,7 @@ class RewardClient:
         limits: Limits of each run.
         reward: A :class:`RewardSpec`, a preset name or a TOML path.
         concurrency: Runs at once (default: CPU count).
-        breakers: Circuit breakers per task type (see :mod:`execgym.breakers`): a
+        breakers: Circuit breakers per task type (see :mod:`execgym.ops.breakers`): a
             sample of a quarantined type is ``quarantined``, masked (``None``), at once.
 
     Raises:

@@ -14,7 +14,7 @@ class Verdict(enum.Enum):
     """The outcome of one rollout.
 
     ``SANDBOX_ERROR``, ``INVALID``, ``LANGUAGE_UNAVAILABLE`` and ``QUARANTINED`` (see
-    :mod:`execgym.breakers`) are not the model's fault: their reward is ``None``
+    :mod:`execgym.ops.breakers`) are not the model's fault: their reward is ``None``
     (masked), never 0. ``COMPILE_ERROR`` is: 0.
     """
 

@@ -19,7 +19,6 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
 
 from execgym._version import __version__
-from execgym.breakers import from_spec
 from execgym.errors import ConfigError, Error, TaskError
 from execgym.integrations.episode_env import (
     EpisodeEnv,
@@ -29,7 +28,8 @@ from execgym.integrations.episode_env import (
 )
 from execgym.integrations.openenv import openenv
 from execgym.integrations.openenv_ws import openenv_info, openenv_public
-from execgym.metrics import MeteredSandbox
+from execgym.ops.breakers import from_spec
+from execgym.ops.metrics import MeteredSandbox
 from execgym.sandbox import WarmPoolSandbox, create_sandbox
 from execgym.sandbox.base import Sandbox
 from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
@@ -221,7 +221,7 @@ def create_app(
 
 
 def count_episodes(metrics: Metrics, registry: EpisodeRegistry) -> None:
-    """Export ``registry``'s episodes at each scrape (names: :mod:`execgym.metrics`)."""
+    """Export ``registry``'s episodes at each scrape (names: :mod:`execgym.ops.metrics`)."""
     metrics.watch_episodes(registry)
 
 

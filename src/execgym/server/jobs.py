@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from execgym.breakers import Breakers, dataset_of
 from execgym.limits import Limits
-from execgym.logs import log_context
-from execgym.metrics import Metrics, timed
+from execgym.ops.breakers import Breakers, dataset_of
+from execgym.ops.logs import log_context
+from execgym.ops.metrics import Metrics, timed
 from execgym.sandbox.base import Sandbox
 from execgym.scoring import TAIL_BYTES, ScoredRollout, Scorer
 from execgym.server.capacity import Capacity

@@ -1,13 +1,13 @@
-"""The service's metrics: :class:`execgym.metrics.Metrics` with its capacity gauges bound."""
+"""The service's metrics: :class:`execgym.ops.metrics.Metrics` with its capacity gauges bound."""
 
 from __future__ import annotations
 
-from execgym.metrics import Metrics as _Metrics
+from execgym.ops.metrics import Metrics as _Metrics
 from execgym.server.capacity import Capacity
 
 
 class Metrics(_Metrics):
-    """The service's metrics, served at ``/metrics`` (every name: :mod:`execgym.metrics`).
+    """The service's metrics, served at ``/metrics`` (every name: :mod:`execgym.ops.metrics`).
 
     Args:
         capacity: Read live for the in-flight, capacity and queue-depth gauges.

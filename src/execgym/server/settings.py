@@ -10,9 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from execgym.breakers import DEFAULT_SPEC, from_spec
 from execgym.errors import ConfigError
 from execgym.limits import MiB, parse_size
+from execgym.ops.breakers import DEFAULT_SPEC, from_spec
 
 ENV_PREFIX = "EXECGYM_SERVER_"
 
@@ -61,7 +61,7 @@ class ServerSettings:
             run's own network namespace, for programs that serve and call themselves,
             as SandboxFusion's isolation tests do; never beyond).
         breakers: Circuit breakers per task type for ``/v1/score``, as
-            :func:`execgym.breakers.from_spec` reads them (``off`` turns them off).
+            :func:`execgym.ops.breakers.from_spec` reads them (``off`` turns them off).
 
     Raises:
         ConfigError: if a number is not positive and finite, or a name is unknown.

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import Any
 
-from execgym.breakers import Breakers
-from execgym.metrics import Metrics
+from execgym.ops.breakers import Breakers
+from execgym.ops.metrics import Metrics
 from execgym.scoring import ScoredRollout
 from execgym.server.capacity import Capacity
 

@@ -57,7 +57,7 @@ What they count:
   finished by ``end`` (``terminated``: the task is over; ``truncated``: a budget ran
   out), and the final rewards of finished episodes whose reward is not masked
   (``_sum`` / ``_count``: the mean final reward).
-- *breaker state*: 0 closed, 1 half-open, 2 open (:mod:`execgym.breakers`), read from
+- *breaker state*: 0 closed, 1 half-open, 2 open (:mod:`execgym.ops.breakers`), read from
   the breakers at scrape time.
 """
 
@@ -76,7 +76,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from execgym.breakers import Breakers
+from execgym.ops.breakers import Breakers
 from execgym.sandbox.base import RunResult, Sandbox, SandboxWrapper
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

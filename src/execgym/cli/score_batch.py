@@ -1,172 +1,44 @@
-"""How ``execgym score`` runs a batch: streamed in, streamed out, in flat memory.
+"""How ``execgym score`` runs a batch: one event loop, streamed in, streamed out.
 
-- The rollouts file is read lazily: a rollout is parsed when a sandbox is free for it,
-  so only the rollouts in flight (and the reorder window) are in memory.
-- Each result is written to the results file as soon as it is known and dropped; the
+- :func:`run_batch` runs the whole batch (loading, the self-test, scoring) in ONE
+  event loop and writes each result to the results file as soon as it is known; the
   summary is counted as results go by (:class:`~execgym.summary.Tally`: counts, and
   scored and passed rollouts per task for pass@k).
 - Results are written in input order by default (``--order completion`` writes them
   as they finish): a result that finishes before an earlier one waits in a reorder
   buffer of bounded size (see :meth:`execgym.Scorer.score`), holding only the tail of
   its output that the file keeps.
-- One warm pool serves the self-test and the batch, and it starts while the input is
-  read (the tasks are parsed on a thread while the zygote boots).
+- :func:`prepare_local`: one warm pool serves the self-test and the batch, and it starts
+  while the input is read (the tasks are parsed on a thread while the zygote boots).
+  :func:`prepare_remote`: the rollouts go through a broker to ``execgym worker`` nodes.
 """
 
 from __future__ import annotations
 
-import array
 import asyncio
+import concurrent.futures
 import signal
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from execgym.errors import DamagedInput, Error
+from execgym.cli.score_inputs import RolloutStream, load_inputs
+from execgym.errors import Error
 
 if TYPE_CHECKING:  # imported when used: the command line starts before they are needed
-    from execgym.scoring import ScoredRollout
+    from execgym.cli.score import ScoreOptions
+    from execgym.limits import Limits
+    from execgym.reward import RewardSpec
+    from execgym.sandbox import Sandbox
+    from execgym.scoring import ScoredRollout, Scorer
     from execgym.tasks.loaders import LineProblem, RolloutLine
-    from execgym.tasks.models import Task
-
-_SEEN_BITS = 1 << 25
-"""Bits of :class:`RolloutStream`'s bitmap of rollout ids (4 MiB, touched as ids come)."""
 
 SHOWN_LIMITS = ("memory_bytes", "cpu_time_s", "max_processes")
 """The limits whose enforcement depends on the host (cgroups or rlimits), in the summary."""
-
-
-def count_lines(path: str) -> int:
-    """Non-blank lines of a JSONL file, without parsing them.
-
-    Counted as :func:`~execgym.tasks.loaders.read_jsonl` counts them (lines end at LF
-    only; a ``.gz`` file is read streaming, up to any damage), so the total matches
-    the indexes.
-    """
-    from execgym.tasks.loaders import _lines
-
-    try:
-        with open(path, "rb") as handle:
-            return sum(1 for raw in _lines(Path(path), handle) if raw.strip())
-    except (OSError, DamagedInput):
-        return 0  # load_rollouts raises the error with the path when it reads the file
-
-
-class RolloutStream:
-    """The rollouts of a file, read one at a time, with what the warnings need.
-
-    Iterating yields :class:`RolloutLine` and :class:`LineProblem` items (a problem is
-    warned about at once). What would need every rollout in memory is kept small: a
-    64-bit hash per rollout id (8 bytes each) to find repeated ids, and a count per
-    unknown task id; :meth:`warn` reports both after the batch.
-    """
-
-    def __init__(self, path: str, tasks: dict[str, Task], skipped: dict[str, str]) -> None:
-        self.path = path
-        self.total = count_lines(path)
-        self._tasks = tasks
-        self._skipped = skipped
-        self._seen = bytearray(_SEEN_BITS // 8)  # a bit per hash of a rollout id seen
-        # Hashes whose bit was already set, in one buffer: scattered small int objects
-        # would each pin an allocator page among the batch's short-lived objects.
-        self._maybe_repeated = array.array("q")
-        self._unknown: dict[str, int] = {}
-        self.damaged: DamagedInput | None = None
-
-    def __iter__(self) -> Iterator[RolloutLine | LineProblem]:
-        try:
-            yield from self._read()
-        except DamagedInput as error:  # every complete line before the damage was read
-            self.damaged = error
-            click.echo(f"warning: {error}; scoring the lines read before it", err=True)
-
-    def _read(self) -> Iterator[RolloutLine | LineProblem]:
-        from execgym.tasks.loaders import LineProblem, load_rollouts
-
-        for item in load_rollouts(self.path, warn=_warn_repaired):
-            if isinstance(item, LineProblem):
-                click.echo(f"warning: bad rollout line (scored as invalid): {item}", err=True)
-            else:
-                rollout = item.rollout
-                rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"
-                digest = hash(rollout_id)
-                bit = digest % _SEEN_BITS
-                if self._seen[bit >> 3] & (1 << (bit & 7)):
-                    self._maybe_repeated.append(digest)
-                else:
-                    self._seen[bit >> 3] |= 1 << (bit & 7)
-                if rollout.task_id not in self._tasks:
-                    self._unknown[rollout.task_id] = self._unknown.get(rollout.task_id, 0) + 1
-            yield item
-
-    def warn(self) -> None:
-        """Warn of repeated rollout ids and of rollouts of unknown or skipped tasks."""
-        self._warn_repeated()
-        warn_unknown_tasks(self._unknown, self._skipped)
-
-    def _warn_repeated(self) -> None:
-        repeated_hashes = set(self._maybe_repeated)
-        if not repeated_hashes:
-            return
-        from execgym.tasks.loaders import RolloutLine
-
-        seen: set[str] = set()
-        repeated: dict[str, None] = {}
-        for item in _readable(self.path):  # again, for the ids' names (rare)
-            if isinstance(item, RolloutLine):
-                rollout = item.rollout
-                rollout_id = rollout.rollout_id or f"{rollout.task_id}#{item.index}"
-                if hash(rollout_id) in repeated_hashes:
-                    if rollout_id in seen:
-                        repeated[rollout_id] = None
-                    seen.add(rollout_id)
-        if repeated:
-            first = ", ".join(repr(rollout_id) for rollout_id in list(repeated)[:5])
-            click.echo(
-                f"warning: {len(repeated)} rollout_id(s) appear more than once, e.g. {first}: "
-                "every line is scored; tell the results apart by their index",
-                err=True,
-            )
-
-
-def _warn_repaired(problem: LineProblem) -> None:
-    click.echo(f"warning: {problem}", err=True)
-
-
-def _readable(path: str) -> Iterator[RolloutLine | LineProblem]:
-    """The rollouts of ``path`` up to any damage, quietly (they were warned about)."""
-    from execgym.tasks.loaders import load_rollouts
-
-    try:
-        yield from load_rollouts(path, warn=lambda problem: None)
-    except DamagedInput:
-        return
-
-
-def warn_unknown_tasks(unknown: dict[str, int], skipped: dict[str, str]) -> None:
-    """Warn of rollouts (``{task_id: count}``) whose task is unknown or was skipped."""
-    by_reason: dict[str, list[str]] = {}
-    for task_id, count in unknown.items():
-        if task_id in skipped:
-            by_reason.setdefault(skipped[task_id], []).append(task_id)
-            continue
-        click.echo(
-            f"warning: {count} rollout(s) for task_id {task_id!r} scored as invalid: no such task",
-            err=True,
-        )
-    for reason, task_ids in by_reason.items():  # one line per reason, not per task
-        rollouts = sum(unknown[task_id] for task_id in task_ids)
-        shown = ", ".join(task_ids[:3]) + (", ..." if len(task_ids) > 3 else "")
-        click.echo(
-            f"warning: {len(task_ids)} task(s) skipped as invalid ({shown}; {rollouts} "
-            f"rollout(s) masked): {reason}",
-            err=True,
-        )
 
 
 @dataclass
@@ -367,3 +239,146 @@ async def close_sandbox(sandbox: object) -> None:
     aclose = getattr(sandbox, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+Items = list["RolloutLine | LineProblem"] | RolloutStream
+"""The rollouts of a batch: a list (canonical solutions, a broker batch) or a stream."""
+
+Prepare = Callable[[], Awaitable[tuple[Callable[[Write], Awaitable[None]], int]]]
+"""What :func:`run_batch` awaits first: everything before the first result."""
+
+
+def prepare_local(
+    options: ScoreOptions, limits: Limits, reward: RewardSpec | None, loaded: list[Items]
+) -> Prepare:
+    """Score on this host: one warm pool, started while the input is read.
+
+    Start-up runs side by side: the sandbox is made on one thread (finding the
+    toolchains waits on their probes), the tasks are parsed (and the judges imported)
+    on another, and the warm pool's zygote boots in its own process meanwhile; the
+    self-test then runs on that same pool, which serves the batch. The rollouts, once
+    read, are appended to ``loaded`` (for the warnings after the batch).
+    """
+
+    async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
+        made: concurrent.futures.Future[Sandbox] = concurrent.futures.Future()
+
+        def make() -> Sandbox:
+            try:
+                made.set_result(options.sandbox())
+            except BaseException as error:
+                made.set_exception(error)
+                raise
+            return made.result()
+
+        making = asyncio.ensure_future(asyncio.to_thread(make))
+        loading = asyncio.ensure_future(
+            asyncio.to_thread(_load_for_scoring, options, limits, reward, made)
+        )
+        sandbox: Sandbox | None = None
+        try:
+            sandbox = await making
+            starting = asyncio.ensure_future(start_sandbox(sandbox))
+            try:
+                scorer, items = await loading
+            finally:
+                await starting  # its failure says more than a loading error
+            loaded.append(items)
+            await scorer.self_test()
+        except BaseException:
+            for pending in (making, loading):
+                pending.cancel()
+            if sandbox is not None:
+                await close_sandbox(sandbox)
+            raise
+        total = items.total if isinstance(items, RolloutStream) else len(items)
+
+        async def run(write: Write) -> None:
+            try:
+                await scorer.score(
+                    items,
+                    workers=options.workers,
+                    on_result=write,
+                    order=options.order,
+                    collect=False,
+                    output_tail=OUTPUT_TAIL,
+                )
+            finally:
+                await close_sandbox(sandbox)
+
+        return run, total
+
+    return prepare
+
+
+def _load_for_scoring(
+    options: ScoreOptions,
+    limits: Limits,
+    reward: RewardSpec | None,
+    sandbox: concurrent.futures.Future[Sandbox],
+) -> tuple[Scorer, Items]:
+    """The scorer and the rollouts, made off the event loop's thread.
+
+    Run beside the sandbox's start: it imports the judges, parses the tasks and builds
+    the judges' harnesses (registered before the first run, so the warm pool preloads
+    them) while the zygote boots.
+    """
+    from execgym.judges.compile import Builder
+    from execgym.scoring import Scorer
+
+    tasks, items, skipped = load_inputs(*options.inputs)
+    calibrator = None
+    if options.calibrate_limits:
+        from execgym.calibration import Calibrator, default_cache_dir
+
+        calibrator = Calibrator(
+            factor=options.calibration_factor,
+            floor_s=options.calibration_floor,
+            cache_dir=default_cache_dir(),
+            sandbox_name=f"{options.isolation}{'+warm-pool' if options.warm_pool else ''}",
+        )
+    scorer = Scorer(  # the sandbox is made on another thread, at the same time
+        tasks,
+        sandbox.result(),
+        limits,
+        skipped_tasks=skipped,
+        builder=Builder(options.compile_cache, use_cache=not options.no_compile_cache),
+        reward=reward,
+        breakers=options.breakers,
+        state=options.state,
+        calibrator=calibrator,
+    )
+    return scorer, items
+
+
+def prepare_remote(
+    broker: Any, options: ScoreOptions, limits: Limits, loaded: list[Items]
+) -> Prepare:
+    """Score through a broker, consumed by ``execgym worker`` nodes.
+
+    The inputs are read now (the batch is sent whole); they are appended to ``loaded``.
+
+    Raises:
+        click.ClickException: the inputs cannot be read.
+    """
+    from execgym.broker import RemoteBatch
+
+    try:
+        tasks, items, skipped = load_inputs(*options.inputs)
+    except Error as error:
+        raise click.ClickException(str(error)) from error
+    state = options.state
+    if state is not None:  # the workers judge the tasks as sent
+        tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
+    loaded.append(items)
+    rollouts = list(items)
+
+    async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
+        remote = RemoteBatch(broker, tasks, rollouts, limits, skipped)
+
+        async def run(write: Write) -> None:
+            await remote.run(write, ordered=options.order == "input", collect=False)
+
+        return run, len(rollouts)
+
+    return prepare

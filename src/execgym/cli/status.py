@@ -1,6 +1,6 @@
 """``execgym status``: breakers, workers and queue of a service or a broker, on stdout.
 
-Kept out of :mod:`execgym.cli` (a thin layer). A service is asked over HTTP with the
+A service is asked over HTTP with the
 standard library (``GET /v1/status``, ``POST /v1/breakers/TYPE/reset``); a broker
 directly (queue depth, live workers and their heartbeats, dead letters).
 """
@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from execgym.broker import BrokerSettings, open_broker
+from execgym.cli.options import json_flag, prefix_option, token_option
 from execgym.errors import Error
 from execgym.worker import describe_broker
 
@@ -101,15 +102,10 @@ async def _broker_status(url: str, prefix: str) -> str:
 @click.command()
 @click.option("--url", default=None, help="An `execgym serve` service: http://HOST:PORT.")
 @click.option("--broker", "broker_url", default=None, help="A broker: redis://HOST:PORT/DB.")
-@click.option("--prefix", default="execgym", show_default=True, help="Key prefix in Redis.")
-@click.option(
-    "--token",
-    envvar="EXECGYM_SERVER_TOKEN",
-    default=None,
-    help="The service's bearer token [env: EXECGYM_SERVER_TOKEN].",
-)
+@prefix_option
+@token_option("The service's bearer token [env: EXECGYM_SERVER_TOKEN].")
 @click.option("--reset", "reset_type", default=None, metavar="TYPE", help="Close TYPE's breaker.")
-@click.option("--json", "as_json", is_flag=True, help="Print the service's JSON as is.")
+@json_flag("Print the service's JSON as is.")
 def status(
     url: str | None,
     broker_url: str | None,

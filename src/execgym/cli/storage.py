@@ -1,6 +1,7 @@
 """``execgym data``, ``storage`` and ``checkpoints``: thin commands over the store.
 
-They call :mod:`execgym.storage` and are kept out of :mod:`execgym.cli`.
+They call :mod:`execgym.storage`; ``score --store`` uploads its results through
+:func:`upload_results`.
 
 Every command takes ``--store URL`` (a directory or ``s3://bucket/prefix``; default
 ``$EXECGYM_STORE`` or ``~/.cache/execgym/store``). Store failures exit 1 with the
@@ -19,6 +20,7 @@ from typing import Any
 import click
 from pydantic import BaseModel, JsonValue
 
+from execgym.cli.options import json_flag
 from execgym.errors import Error
 from execgym.storage import GcPolicy, GcReport, Store, open_store, parse_duration
 from execgym.storage.records import check_name
@@ -164,7 +166,7 @@ def pull(spec: str, dest: Path, store_url: str | None) -> None:
 
 @data.command("ls")
 @click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@json_flag("One JSON object per line.")
 @_store_option
 def ls(name: str | None, as_json: bool, store_url: str | None) -> None:
     """List data set names (with their latest version), or the versions of NAME."""
@@ -356,7 +358,7 @@ def add(uri: str, step: int, dataset: str, meta: tuple[str, ...], store_url: str
 
 @checkpoints.command("ls")
 @click.option("--dataset", default=None, help="Only those trained on this data set name.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@json_flag("One JSON object per line.")
 @_store_option
 def ls_checkpoints(dataset: str | None, as_json: bool, store_url: str | None) -> None:
     """List registered checkpoints."""
@@ -419,6 +421,3 @@ def upload_results(store_url: str, batch_id: str | None, results: Path) -> str:
             f"the results were written to {results} but not stored: {error}"
         ) from error
     return f"batch log: {record.batch_id}/{record.file_name} in {store.url}"
-
-
-COMMANDS = (data, storage, checkpoints)

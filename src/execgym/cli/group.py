@@ -1,0 +1,89 @@
+"""The ``execgym`` group: global options, signals, and each command loaded when run.
+
+A command's module is imported only when that command runs (or ``--help`` lists the
+commands), so ``execgym score`` pays for no other command's imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+
+import click
+
+from execgym._version import __version__
+from execgym.errors import Error
+from execgym.ops import logs
+
+COMMANDS = {
+    "checkpoints": ("execgym.cli.storage", "checkpoints"),
+    "data": ("execgym.cli.storage", "data"),
+    "episodes": ("execgym.cli.episodes", "episodes"),
+    "score": ("execgym.cli.score", "score"),
+    "serve": ("execgym.cli.serve", "serve"),
+    "status": ("execgym.cli.status", "status"),
+    "storage": ("execgym.cli.storage", "storage"),
+    "validate": ("execgym.cli.validate", "validate"),
+    "worker": ("execgym.cli.worker", "worker"),
+}
+"""``{command: (module, attribute)}``: every subcommand, imported when it is run."""
+
+
+class _Group(click.Group):
+    """Ctrl-C, SIGTERM or SIGHUP at any stage (loading, self-test) exits 128 + signal.
+
+    Quietly, after the sandboxes started so far are stopped: click's own handling prints
+    "Aborted!" and exits 1, and SIGTERM or SIGHUP would kill us at once. A scoring batch
+    that is running handles the signals itself (it reports the results written so far).
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            module, name = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), name)
+        return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        stopped_by: list[int] = []
+
+        def stop(signum: int, frame: object) -> None:
+            stopped_by.append(signum)
+            raise KeyboardInterrupt  # unwinds like Ctrl-C: the sandboxes' cleanup runs
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, stop)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="execgym")
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level on stderr [env: EXECGYM_LOG_LEVEL; default: warning].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default=None,
+    help="text, or json (one object per line) [env: EXECGYM_LOG_FORMAT; default: text].",
+)
+def main(log_level: str | None, log_format: str | None) -> None:
+    """execgym: score model-written code in isolated sandboxes and return rewards."""
+    try:
+        level, fmt = logs.settings_from(log_level, log_format)
+    except Error as error:
+        raise click.UsageError(str(error)) from error
+    explicit = bool(log_level or log_format or os.environ.get("EXECGYM_LOG_LEVEL"))
+    logs.configure(level, fmt, force=explicit or fmt == "json")
