@@ -1,8 +1,10 @@
 """The command line's fixed cost: ``execgym score`` of one rollout, end to end (issue 23).
 
 Interleaved runs (minimum and median of ``--runs``): the interpreter alone, importing
-``execgym.cli``, and scoring one trivial rollout with the warm pool (interpreter start,
-imports, loading, the pool's start, the self-test, the rollout, the summary). Target:
+``execgym.cli`` (the group; each command's module is imported when it runs), ``execgym
+score --help`` (the group and the score command), and scoring one trivial rollout with
+the warm pool (interpreter start, imports, loading, the pool's start, the self-test,
+the rollout, the summary). Target:
 the last under 0.3 s. ``PYTHONDONTWRITEBYTECODE`` is unset for the runs, as on a normal
 install (with it, every run compiles execgym's sources again).
 
@@ -48,11 +50,13 @@ def main() -> None:
         commands: dict[str, tuple[list[str], dict[str, str]]] = {
             "python -c pass": ([sys.executable, "-c", "pass"], {}),
             "import execgym.cli": ([sys.executable, "-c", "import execgym.cli"], {}),
+            "execgym score --help": ([sys.executable, "-m", "execgym", "score", "--help"], {}),
             "execgym score, 1 rollout": ([sys.executable, *score], {}),
         }
         if args.old_src:
             old = {"PYTHONPATH": args.old_src}
             commands["old: import execgym.cli"] = (commands["import execgym.cli"][0], old)
+            commands["old: execgym score --help"] = (commands["execgym score --help"][0], old)
             commands["old: execgym score, 1 rollout"] = (
                 commands["execgym score, 1 rollout"][0],
                 old,

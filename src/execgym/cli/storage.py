@@ -106,6 +106,12 @@ def _echo_json_or_empty(records: Sequence[BaseModel], as_json: bool, empty: str)
     return False
 
 
+def _print_stored(what: str, key: str) -> None:
+    """Say what was stored on stderr, and print its key alone on stdout (for scripts)."""
+    click.echo(what, err=True)
+    click.echo(key)
+
+
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
@@ -137,12 +143,11 @@ def push(path: Path, name: str, meta: tuple[str, ...], store_url: str | None) ->
     store = _open(store_url)
     with _failures():
         record = store.push(path, name=name, metadata=_metadata(meta))
-    click.echo(
+    _print_stored(
         f"pushed {name}@{record.version[:12]}: {record.file_count} files, "
         f"{format_size(record.size_bytes)} to {store.url}",
-        err=True,
+        record.version,
     )
-    click.echo(record.version)
 
 
 @data.command("pull")
@@ -348,12 +353,11 @@ def add(uri: str, step: int, dataset: str, meta: tuple[str, ...], store_url: str
     store = _open(store_url)
     with _failures():
         checkpoint = store.add_checkpoint(uri, step=step, dataset=dataset, metadata=_metadata(meta))
-    click.echo(
+    _print_stored(
         f"registered step {step} on {checkpoint.dataset}@{checkpoint.dataset_version[:12]} "
         f"in {store.url}",
-        err=True,
+        checkpoint.id,
     )
-    click.echo(checkpoint.id)
 
 
 @checkpoints.command("ls")
