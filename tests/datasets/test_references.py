@@ -1,7 +1,7 @@
 """Each built-in data set's reference solutions, scored by our judges in bwrap.
 
 The full-set runs are ``slow`` (CI runs them); each asserts the exact set of references
-that do not pass, with the reason, which the README's table summarises. The fast test
+that do not pass, with the reason, which the table in docs/datasets.md summarises. The fast test
 scores the first references of every data set.
 
 BigCodeBench-Hard needs the ``bigcodebench`` extra (``pip install -e '.[bigcodebench]'``,
@@ -167,5 +167,5 @@ def test_bigcodebench_references(name: str) -> None:
     verdicts = asyncio.run(_score(name, {t: loaded.tasks[t] for t in chosen}))
     failing = {t: v.value for t, v in verdicts.items() if v is not Verdict.PASSED}
     assert failing == {t: v for t, v in KNOWN_BAD[name].items() if t in chosen}
-    if BIGCODEBENCH_FULL:  # the figure in the README's table
+    if BIGCODEBENCH_FULL:  # the figure in docs/datasets.md's table
         assert sum(v is Verdict.PASSED for v in verdicts.values()) == 138

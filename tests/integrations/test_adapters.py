@@ -300,7 +300,7 @@ def test_verl_episode_score_has_the_same_keys_for_every_episode() -> None:
 
 
 async def test_openrlhf_remote_reward_server_bounds_request_bodies() -> None:
-    # Found by QA (2026-12-02): the README serves this app on 0.0.0.0 with plain uvicorn,
+    # Found by QA (2026-12-02): docs/integrations.md serves this app on 0.0.0.0 with plain uvicorn,
     # and it had none of `execgym serve`'s body guard: any body was read whole into
     # memory (and a trickled one kept its connection forever). It now has the same
     # limits, from the same EXECGYM_SERVER_* variables; no token (OpenRLHF sends none).

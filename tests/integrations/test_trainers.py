@@ -59,7 +59,7 @@ with warnings.catch_warnings():
 
 import execgym.integrations.verl as verl_adapter
 
-README = Path(__file__).parents[2] / "README.md"
+INTEGRATIONS_DOC = Path(__file__).parents[2] / "docs" / "integrations.md"
 ADD_CASES = {"assert_case": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]}
 GOOD = "Here it is:\n```python\ndef add(a, b):\n    return a + b\n```<|im_end|>"
 WRONG = "```python\ndef add(a, b):\n    return a - b\n```"
@@ -117,17 +117,17 @@ def verl_data(samples: list[tuple[str, Any]], data_source: str = "execgym") -> D
     )
 
 
-def readme_block(marker: str) -> str:
-    """The fenced block after ``<!-- marker -->`` in the README."""
-    text = README.read_text()
+def docs_block(marker: str) -> str:
+    """The fenced block after ``<!-- marker -->`` in docs/integrations.md."""
+    text = INTEGRATIONS_DOC.read_text()
     match = re.search(rf"<!-- {marker} -->\s*```[a-z]*\n(.*?)\n```", text, re.DOTALL)
-    assert match, f"README has no block marked <!-- {marker} -->"
+    assert match, f"docs/integrations.md has no block marked <!-- {marker} -->"
     return match.group(1)
 
 
 def verl_config(name: str, reward: str = "binary", manager: str = "naive") -> Any:
-    """verl's reward config from the README's lines, with ``name``, ``reward`` set."""
-    config = OmegaConf.create(readme_block("verl-config"))
+    """verl's reward config from the integration page's lines, with ``name``, ``reward`` set."""
+    config = OmegaConf.create(docs_block("verl-config"))
     config.reward.custom_reward_function.name = name
     config.reward.custom_reward_function.reward_kwargs.reward = reward
     config.reward.reward_manager.name = manager
@@ -149,7 +149,7 @@ def mixed_batch(size: int) -> list[tuple[str, Any]]:
 EXPECTED = {"binary": [1.0, 0.0, 0.0, 0.0], "fraction": [1.0, 0.0, 0.0, 0.0]}
 
 
-def test_readme_verl_lines_load_through_verls_loader() -> None:
+def test_documented_verl_lines_load_through_verls_loader() -> None:
     config = verl_config("compute_score")
     assert config.reward.custom_reward_function.path == "pkg://execgym.integrations.verl"
     fn = verl_reward.get_custom_reward_fn(config)
@@ -381,8 +381,8 @@ async def _execute(executor: Any, response: str, label: Any) -> dict[str, Any]:
 
 
 def openrlhf_path() -> str:
-    """The README's ``--remote_rm_url`` file, resolved as the README says."""
-    line = readme_block("openrlhf-file")
+    """The integration page's ``--remote_rm_url`` file, resolved as the page says."""
+    line = docs_block("openrlhf-file")
     assert "--remote_rm_url" in line
     import execgym.integrations.openrlhf as module
 
@@ -429,7 +429,7 @@ def openrlhf_server() -> Iterator[str]:
 
 async def test_openrlhf_http_mode_through_its_executor(openrlhf_server: str) -> None:
     agent = _openrlhf_agent()
-    assert "--remote_rm_url http://" in readme_block("openrlhf-http")
+    assert "--remote_rm_url http://" in docs_block("openrlhf-http")
     executor = agent.SingleTurnAgentExecutor(remote_rm_url=openrlhf_server)
     assert executor.reward_func is None
     label = json.dumps(ADD_CASES)
@@ -462,9 +462,9 @@ def _calculate_rewards(
 
 
 def trl_reward_funcs() -> list[Any]:
-    """``reward_funcs`` from the README's TRL line."""
+    """``reward_funcs`` from the integration page's TRL line."""
     namespace: dict[str, Any] = {}
-    exec(readme_block("trl-reward"), namespace)  # the README's import and list, as written
+    exec(docs_block("trl-reward"), namespace)  # the page's import and list, as written
     return namespace["reward_funcs"]
 
 

@@ -12,7 +12,7 @@ Everything here calls verl 0.9.1 from PyPI (pinned in ``.ci/run``), never a copy
 - ``verl/trainer/ppo/reward.py``: ``load_reward_manager``, which reads
   ``reward.sandbox_fusion.{url, max_concurrent, memory_limit_mb}`` and builds the
   semaphore verl uses (``multiprocessing.Manager().Semaphore(max_concurrent)``), with the
-  README's configuration lines, scored through the reward loop's
+  configuration lines of docs/integrations.md, scored through the reward loop's
   ``NaiveRewardManager.run_single`` (``data_source: codecontests``, which
   ``verl.utils.reward_score.default_compute_score`` sends to SandboxFusion).
 
@@ -47,7 +47,7 @@ except ImportError as missing:  # skipped here, a failure under CI=1 (.ci/run in
 
 from omegaconf import OmegaConf
 
-from tests.integrations.test_trainers import CharTokenizer, readme_block, verl_data
+from tests.integrations.test_trainers import CharTokenizer, docs_block, verl_data
 from tests.server.conftest import need_language
 from tests.server.test_serve import serving
 
@@ -168,13 +168,13 @@ def test_assert_case_ground_truth_through_verls_compute_score(run_code_url: str)
     assert "AssertionError" in metadata[1]["stderr"]
 
 
-async def test_readme_sandbox_fusion_config_scores_through_verls_reward_loop(
+async def test_documented_sandbox_fusion_config_scores_through_verls_reward_loop(
     run_code_url: str,
 ) -> None:
-    """The README's ``reward.sandbox_fusion`` lines, loaded by verl's ``load_reward_manager``."""
-    config = OmegaConf.create(readme_block("verl-sandbox-fusion"))
+    """The ``reward.sandbox_fusion`` lines of docs/integrations.md, loaded by verl's ``load_reward_manager``."""
+    config = OmegaConf.create(docs_block("verl-sandbox-fusion"))
     assert config.reward.sandbox_fusion.url.endswith("/run_code")
-    config.reward.sandbox_fusion.url = run_code_url  # the README's host and port, here
+    config.reward.sandbox_fusion.url = run_code_url  # the page's host and port, here
     manager = verl_reward.load_reward_manager(config, CharTokenizer())
     # verl built its partial of default_compute_score with our URL and its own semaphore
     assert manager.compute_score.keywords["sandbox_fusion_url"] == run_code_url
