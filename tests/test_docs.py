@@ -16,10 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PAGES = sorted(
-    [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", ROOT / "SECURITY.md"]
-    + list((ROOT / "docs").rglob("*.md"))
-)
+TOP_PAGES = ["README.md", "CONTRIBUTING.md", "CHANGELOG.md", "SECURITY.md"]
+PAGES = sorted([*(ROOT / name for name in TOP_PAGES), *(ROOT / "docs").rglob("*.md")])
 # [text](target) outside code spans; images too. Autolinks and bare URLs are not checked.
 LINK = re.compile(r"(?<!`)\[[^\]\n]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -109,3 +107,11 @@ def test_slug_follows_github() -> None:
     assert slug("Tier `bwrap` (default)") == "tier-bwrap-default"
     assert slug("The HTTP service (`execgym serve`)") == "the-http-service-execgym-serve"
     assert slug("Trainers: verl, TRL, OpenRLHF") == "trainers-verl-trl-openrlhf"
+
+
+def test_ci_runs_the_checks_before_the_tests() -> None:
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    check = lines.index("scripts/check")
+    tests = lines.index(".venv/bin/python -m pytest")
+    assert check < tests  # lint, format and types fail CI before the suite starts
+    assert (ROOT / "scripts" / "check").stat().st_mode & 0o111  # executable, as .ci/run calls it

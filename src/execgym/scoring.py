@@ -446,7 +446,8 @@ class Scorer:
             )
             if deterministic:
                 break
-        assert judgement is not None  # the loop runs at least once
+        if judgement is None:  # the loop runs at least once
+            raise RuntimeError("no attempt was made to judge the rollout")
         reward = binary_reward(judgement.verdict)
         breakdown = None
         if self.reward is not None:
@@ -586,7 +587,8 @@ class _Reorder:
         return self._taken - 1
 
     def put(self, position: int, result: ScoredRollout) -> None:
-        assert self._emit is not None
+        if self._emit is None:
+            raise RuntimeError("put() before the buffer was given its writer")
         self._held[position] = result
         while self._next in self._held:
             result = self._held.pop(self._next)

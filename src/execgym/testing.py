@@ -243,7 +243,7 @@ class MotoS3Server:
     """
 
     key = "testing"
-    secret = "testing"  # moto's fake credentials, for a local test server
+    secret = "testing"  # noqa: S105 (moto's fake credentials, for a local test server)
 
     def __init__(self) -> None:
         self.port = free_port()

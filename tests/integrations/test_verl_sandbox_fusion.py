@@ -171,7 +171,7 @@ def test_assert_case_ground_truth_through_verls_compute_score(run_code_url: str)
 async def test_documented_sandbox_fusion_config_scores_through_verls_reward_loop(
     run_code_url: str,
 ) -> None:
-    """The ``reward.sandbox_fusion`` lines of docs/integrations.md, loaded by verl's ``load_reward_manager``."""
+    """The documented ``reward.sandbox_fusion`` lines, through verl's ``load_reward_manager``."""
     config = OmegaConf.create(docs_block("verl-sandbox-fusion"))
     assert config.reward.sandbox_fusion.url.endswith("/run_code")
     config.reward.sandbox_fusion.url = run_code_url  # the page's host and port, here

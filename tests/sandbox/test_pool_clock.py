@@ -29,7 +29,7 @@ async def test_wall_time_counts_from_the_zygote_even_when_the_host_loop_is_late(
                 blocked.append(True)
                 # The host's event loop is busy (other rollouts, a large result) while
                 # the run starts and ends: both of the zygote's messages wait for it.
-                time.sleep(3.0)
+                time.sleep(3.0)  # noqa: ASYNC251 (blocking the loop is the point)
 
         pool._send = send_then_stall  # type: ignore[method-assign]
         result = await pool.run_python(b"import time\ntime.sleep(0.4)\n")

@@ -122,6 +122,21 @@ def request_head(extra: str) -> bytes:
     return f"POST /run_code HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode()
 
 
+def send_more(sock: socket.socket, client: Client, piece: bytes) -> None:
+    """The next bytes of ``client``'s body, sent as its kind sends them."""
+    if client.body == "nothing":
+        time.sleep(0.05)
+    elif client.body == "trickle":
+        sock.send(b"x")
+        client.sent += 1
+        time.sleep(0.25)
+    elif client.body == "chunked":
+        sock.send(b"100000\r\n" + piece + b"\r\n")
+        client.sent += MiB
+    elif client.sent < DECLARED:
+        client.sent += sock.send(piece[: DECLARED - client.sent])
+
+
 def attack(port: int, client: Client, stop: threading.Event) -> None:
     """Send ``client``'s request as a hostile client would; record the answer."""
     piece = b"x" * MiB
@@ -148,17 +163,7 @@ def attack(port: int, client: Client, stop: threading.Event) -> None:
                 if client.answered_after_s is None:
                     client.answered_after_s = time.monotonic() - started
             try:  # a hostile client ignores the answer and keeps sending
-                if client.body == "nothing":
-                    time.sleep(0.05)
-                elif client.body == "trickle":
-                    sock.send(b"x")
-                    client.sent += 1
-                    time.sleep(0.25)
-                elif client.body == "chunked":
-                    sock.send(b"100000\r\n" + piece + b"\r\n")
-                    client.sent += MiB
-                elif client.sent < DECLARED:
-                    client.sent += sock.send(piece[: DECLARED - client.sent])
+                send_more(sock, client, piece)
             except TimeoutError:
                 pass  # the server is not reading: this client stalls
             except OSError as error:  # reset or broken pipe: the server closed it

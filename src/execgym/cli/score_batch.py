@@ -185,7 +185,8 @@ async def _write_all(
 
     from execgym._results_file import ResultsFile
 
-    assert isinstance(sink, ResultsFile)
+    if not isinstance(sink, ResultsFile):
+        raise TypeError(f"the progress bar writes to a ResultsFile, not {type(sink).__name__}")
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
     # Log records go through tqdm.write while the bar shows: each on a line of its own,
     # the bar redrawn below it (a record written straight to stderr broke the bar).

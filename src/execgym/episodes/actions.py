@@ -9,6 +9,7 @@ session: no host tool ever reads the agent's patch. ``submit`` is the environmen
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sys
@@ -68,7 +69,7 @@ async def carry_out(
     if isinstance(arguments, ApplyPatch):
         return await _apply_patch(session, arguments.patch, limits, env, remaining_s, max_bytes)
     # run_tests
-    python = os.path.realpath(sys.executable)
+    python = await asyncio.to_thread(os.path.realpath, sys.executable)
     argv = [python, "-m", "pytest", "-q", "--rootdir", WORK_DIR, "-o", "addopts=", *visible_tests]
     run = await _run(session, argv, limits, env, min(TEST_TIMEOUT_S, remaining_s))
     return observations.of_run(call.tool, run, max_bytes)
@@ -128,7 +129,8 @@ async def _apply_patch(
                 run = await _run(session, gnu, limits, env, timeout_s, stdin=stdin)
             return observations.of_run("apply_patch", run, max_bytes)
         first = first or run
-    assert first is not None
+    if first is None:  # attempts is a non-empty literal: the loop ran
+        raise RuntimeError("apply_patch made no attempt")
     return observations.of_run("apply_patch", first, max_bytes)
 
 

@@ -175,8 +175,7 @@ class AsyncEnv:
         }
 
     async def _prepare(self, session: Session) -> None:
-        assert self._original is not None
-        await session.write_files(self._original)
+        await session.write_files(self._snapshot())
         commands = [_bin_script()] + ([self.task.setup] if self.task.setup else [])
         for command in commands:
             run = await session.run(
@@ -260,9 +259,8 @@ class AsyncEnv:
     async def _finish(self) -> Grade:
         """Copy the final tree out, reclaim the session, and score the tree."""
         self.done = True
-        session = self._session
-        assert session is not None
-        assert self._original is not None
+        session = self._live_session()
+        original = self._snapshot()
         why = session.closed_because
         self._session_peak_bytes = session.peak_memory_bytes()
         try:
@@ -286,14 +284,25 @@ class AsyncEnv:
             return Grade(0.0, 0.0, Verdict.ERROR, message=str(error))
         await self.aclose()
         return await self.grader.grade(
-            self.task, self._original, final, limits=self.limits, reward=self.reward_spec
+            self.task, original, final, limits=self.limits, reward=self.reward_spec
         )
 
+    def _live_session(self) -> Session:
+        """The episode's session; only asked for between reset and the end."""
+        if self._session is None:
+            raise RuntimeError("the episode has no session: reset() was not awaited")
+        return self._session
+
+    def _snapshot(self) -> dict[str, bytes]:
+        """The repository's files as reset wrote them; only asked for after reset."""
+        if self._original is None:
+            raise RuntimeError("the episode has no snapshot: reset() was not awaited")
+        return self._original
+
     async def _carry_out(self, call: ToolCall) -> dict[str, Any]:
-        assert self._session is not None
         remaining_s = self.task.time_budget_s - self.elapsed_s
         return await carry_out(
-            self._session,
+            self._live_session(),
             call,
             limits=self.limits,
             env=_session_env(),

@@ -86,7 +86,7 @@ class EpisodeEnvironment:
     """
 
     base_url: ClassVar[str | None] = None
-    token_env: ClassVar[str] = "EXECGYM_SERVER_TOKEN"
+    token_env: ClassVar[str] = "EXECGYM_SERVER_TOKEN"  # noqa: S105 (a variable's name, not a token)
     task_id: ClassVar[str | None] = None
     env_options: ClassVar[dict[str, Any]] = {}
 
@@ -235,7 +235,7 @@ class EpisodeEnvironment:
 def episode_environment(
     *,
     base_url: str | None = None,
-    token_env: str = "EXECGYM_SERVER_TOKEN",
+    token_env: str = "EXECGYM_SERVER_TOKEN",  # noqa: S107 (a variable's name, not a token)
     task_id: str | None = None,
     get_reward: bool = True,
     **env_options: Any,

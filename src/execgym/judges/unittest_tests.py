@@ -103,10 +103,15 @@ async def _build_font_list() -> dict[str, bytes]:
             process.kill()
             await process.wait()
             return {}
-        return {
-            f"{MATPLOTLIB_DIR}/{path.name}": path.read_bytes()
-            for path in Path(config).glob("fontlist-*.json")
-        }
+        return await asyncio.to_thread(_read_font_lists, Path(config))
+
+
+def _read_font_lists(config: Path) -> dict[str, bytes]:
+    """The font lists matplotlib wrote under ``config``, keyed by their sandbox path."""
+    return {
+        f"{MATPLOTLIB_DIR}/{path.name}": path.read_bytes()
+        for path in config.glob("fontlist-*.json")
+    }
 
 
 @functools.cache

@@ -287,14 +287,7 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> tuple[int, int]:
         members = [pid, *([_held_child(info_read)] if spec.hold_fds else [])]
         if spec.hold_fds:
             inner = os.pidfd_open(members[-1])
-        if spec.cgroup is not None:
-            spec.cgroup.add(members[-1])
-        for member in members:
-            for kind, soft, hard in spec.rlimits:
-                resource.prlimit(member, kind, (soft, hard))
-        if spec.hold_fds:
-            for kind, soft, hard in spec.held_rlimits:
-                resource.prlimit(members[-1], kind, (soft, hard))
+        _place(spec, members)
         os.write(hold_write, b"\n")
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
@@ -310,6 +303,22 @@ def spawn_held(spec: ProcessSpec, parked: dict[int, int]) -> tuple[int, int]:
         if info_read >= 0:
             os.close(info_read)
     return pid, inner
+
+
+def _place(spec: ProcessSpec, members: list[int]) -> None:
+    """Put a held child into ``spec``'s cgroup and set its rlimits, before it runs.
+
+    ``members`` is the launcher, then (with ``spec.hold_fds``) bwrap's sandbox process,
+    which is the one placed in the cgroup and given ``spec.held_rlimits`` too.
+    """
+    if spec.cgroup is not None:
+        spec.cgroup.add(members[-1])
+    for member in members:
+        for kind, soft, hard in spec.rlimits:
+            resource.prlimit(member, kind, (soft, hard))
+    if spec.hold_fds:
+        for kind, soft, hard in spec.held_rlimits:
+            resource.prlimit(members[-1], kind, (soft, hard))
 
 
 _HOLD_TIMEOUT_S = 10.0
@@ -527,7 +536,8 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         )
         # Read while the launcher is a zombie: its I/O figures are final.
         written = total_bytes_written(pid) if spec.count_writes else None
-        _, wait_status, usage = os.wait4(pid, 0)
+        # The pidfd said it exited: a zombie is reaped at once, nothing blocks.
+        _, wait_status, usage = os.wait4(pid, 0)  # noqa: ASYNC222
         reaped = True
         ended = time.monotonic()
         _kill_tree(pid, spec.cgroup)  # orphans and daemons die with the run
@@ -540,8 +550,8 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         watcher.close()
         if not reaped:
             _kill_tree(pid, spec.cgroup)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+            with contextlib.suppress(ChildProcessError):  # SIGKILLed just above: it ends at once
+                os.waitpid(pid, 0)  # noqa: ASYNC222
         if launched.inner >= 0:
             _kill_inner(launched.inner)
             os.close(launched.inner)

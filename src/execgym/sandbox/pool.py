@@ -275,7 +275,9 @@ class WarmPoolSandbox:
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         if self._as_root and self._uids is None:
             self._uids = UidBlock.lease()  # the zygote hands each run a uid of its own
-        self._proc = subprocess.Popen(
+        # Popen returns once the child has exec'd (no wait); the zygote speaks over its
+        # own socket, not asyncio's pipes, so asyncio's subprocess transport adds nothing.
+        self._proc = subprocess.Popen(  # noqa: ASYNC220
             self._zygote_argv(zygote_end.fileno(), self._uids),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -308,7 +310,8 @@ class WarmPoolSandbox:
                 await self._making
 
     def _on_message(self) -> None:
-        assert self._control is not None
+        if self._control is None:  # its reader is removed before the socket is closed
+            return
         try:
             message = self._control.recv(65536)
         except BlockingIOError:
@@ -578,7 +581,9 @@ class WarmPoolSandbox:
             self._preloaded.add(trusted.key)
         return True
 
-    async def _run_forked(
+    # Issue 19 splits this run into named steps (sandbox/pool/); until that lands it is
+    # one function, as the suite has tested it.
+    async def _run_forked(  # noqa: C901
         self,
         source: bytes,
         stdin: bytes,

@@ -120,7 +120,8 @@ class Session:
             fd_map=fd_map,
         )
         try:
-            self._proc = subprocess.Popen(
+            # Returns once the agent has exec'd; it speaks over its own socket (as the pool).
+            self._proc = subprocess.Popen(  # noqa: ASYNC220
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -155,7 +156,8 @@ class Session:
         return queue
 
     def _on_message(self) -> None:
-        assert self._control is not None
+        if self._control is None:  # its reader is removed before the socket is closed
+            return
         fds = array.array("i")
         try:
             message, ancillary, _, _ = self._control.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 4))

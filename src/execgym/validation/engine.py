@@ -146,7 +146,7 @@ async def validate_tasks(
     ctx: Context,
     *,
     rejected: Mapping[str, str] | None = None,
-    on_task: Callable[[str], None] | None = None,
+    on_task: Callable[[str], object] | None = None,
 ) -> ValidationReport:
     """Run every check on every task, concurrently, and collect the report.
 

@@ -31,6 +31,7 @@ import os
 import re
 from typing import Any
 
+from execgym.errors import TaskError
 from execgym.tasks.datasets._files import Loaded, data_path, read_records
 from execgym.tasks.models import Task
 
@@ -167,7 +168,8 @@ def _fixed(fixes: dict[str, tuple[str, str]], task_id: str, reference: str) -> s
     if task_id not in fixes:
         return reference
     old, new = fixes[task_id]
-    assert old in reference, task_id  # the data file is checksummed
+    if old not in reference:  # the data file is checksummed: only an edited copy
+        raise TaskError(f"{task_id}: its reference is not the shipped one")
     return reference.replace(old, new)
 
 
@@ -222,7 +224,8 @@ def go_program_parts(record: dict[str, Any]) -> tuple[str, str]:
     header = f"package main\n\nimport (\n{imports})\n\n{uses}"
     test = record["test"]
     name = re.search(r"func (Test\w+)\(", test)
-    assert name is not None  # every Go test in the file has one (checked by a test)
+    if name is None:  # every Go test in the shipped file has one (checked by a test)
+        raise TaskError(f"{record['task_id']}: its test defines no func Test...")
     main = (
         f"\nfunc main() {{\n    {name.group(1)}(&testing.T{{}})\n"
         "    if execgymFailures > 0 {\n        os.Exit(1)\n    }\n}\n"
