@@ -21,6 +21,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from execgym.environments.model import Environment
+from execgym.environments.mounts import bwrap_root_args, environment_shell, remap_argv, run_env
 from execgym.errors import SandboxUnavailable, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._paths import safe_relative
@@ -172,6 +174,12 @@ class BubblewrapSandbox(PythonAsFile):
             (default) starts every run cold. Needs cgroups that measure CPU time;
             without them runs start cold. Call :meth:`aclose` (or use ``async with``)
             to reclaim the prestarted sandboxes.
+        environment: The root file system runs see (:mod:`execgym.environments`): by
+            default the host's (``/usr`` and ``read_only_paths``); an imported or built
+            environment's root instead, read-only, with the host interpreter's name in
+            an argv mapped to the environment's Python and the environment's own
+            ``/bin/sh`` as the run's init (see :mod:`execgym.environments.mounts`).
+            ``read_only_paths`` are bound on top of it only when given.
 
     Raises:
         SandboxUnavailable: if bwrap (or, as root, setpriv) is missing, with the
@@ -186,6 +194,7 @@ class BubblewrapSandbox(PythonAsFile):
         read_only_paths: Sequence[ReadOnlyPath] | None = None,
         bwrap_path: str | None = None,
         prestart: int = 0,
+        environment: Environment | None = None,
     ) -> None:
         found = bwrap_path or shutil.which("bwrap")
         if found is None:
@@ -206,20 +215,30 @@ class BubblewrapSandbox(PythonAsFile):
                 "(`apt-get install libseccomp2`) and the pyseccomp package "
                 "(`pip install pyseccomp`)"
             ) from error
-        paths = default_read_only_paths() if read_only_paths is None else read_only_paths
-        self._read_only = resolve_paths(paths)
-        self._binds = system_binds() + read_only_binds(self._read_only)  # same every run
-        shell = shutil.which("dash") or shutil.which("sh")
-        if shell is None:
-            raise SandboxUnavailable("no POSIX shell (dash or sh) on PATH for the sandbox's init")
-        self._init_binary = Path(os.path.realpath(shell)).read_bytes()
+        self.environment = (
+            environment if environment is not None and not environment.is_host else None
+        )
+        if self.environment is None:
+            paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+            self._read_only = resolve_paths(paths)
+            self._binds = system_binds() + read_only_binds(self._read_only)  # same every run
+            shell = shutil.which("dash") or shutil.which("sh")
+            if shell is None:
+                raise SandboxUnavailable(
+                    "no POSIX shell (dash or sh) on PATH for the sandbox's init"
+                )
+            self._init_binary = Path(os.path.realpath(shell)).read_bytes()
+        else:
+            self._read_only = resolve_paths(read_only_paths or [])
+            self._binds = bwrap_root_args(self.environment) + read_only_binds(self._read_only)
+            self._init_binary = environment_shell(self.environment)
         self._prestarter: Prestarter | None = None
         if prestart > 0 and prestart_possible():
             self._prestarter = Prestarter(
                 lambda limits, command, uid: self._argv(
                     command, limits, ["--seccomp", str(_SECCOMP_FD)], hold=True, init=True, uid=uid
                 ),
-                python_command("x")[:-1],
+                remap_argv(python_command("x")[:-1], self.environment),
                 prestart,
                 self.enforcement,
                 init_fds=lambda: {
@@ -359,7 +378,9 @@ class BubblewrapSandbox(PythonAsFile):
             TaskError: if a file name would escape the work dir, or the command is too
                 big for Linux to start (:func:`~execgym.sandbox._run.check_exec_size`).
         """
-        full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+        full_env = {**run_env(self.environment, BASE_ENV), "HOME": WORK_DIR, "TMPDIR": "/tmp"}
+        full_env.update(env or {})
+        argv = remap_argv(argv, self.environment)
         check_exec_size(argv, full_env)
         if self._prestarter is not None:
             dirs: list[str] = []

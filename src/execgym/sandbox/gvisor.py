@@ -70,6 +70,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from execgym.environments.model import Environment
+from execgym.environments.mounts import remap_argv, resolve_inside, root_entries, run_env
 from execgym.errors import SandboxUnavailable, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox import _cgroup
@@ -174,11 +176,31 @@ def _seccomp(network: str) -> dict[str, Any]:
     return {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules}
 
 
-def _make_root(rootfs: Path, read_only: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Lay out the read-only root (mount points, merged-/usr symlinks); return its binds."""
-    mounts = [_bind("/usr", "/usr")]
-    for name in ("usr", "proc", "dev", "sys", "tmp", WORK_DIR.lstrip("/")):
+def _make_root(
+    rootfs: Path, read_only: Sequence[tuple[str, str]], environment: Environment | None = None
+) -> list[dict[str, Any]]:
+    """Lay out the read-only root (mount points, merged-/usr symlinks); return its binds.
+
+    With an ``environment``, its top-level directories are bound read-only and its
+    top-level symlinks made again instead of the host's ``/usr`` (see
+    :mod:`execgym.environments.mounts`).
+    """
+    for name in ("proc", "dev", "sys", "tmp", WORK_DIR.lstrip("/")):
         (rootfs / name).mkdir()
+    if environment is not None:
+        mounts = []
+        for entry in root_entries(environment):
+            if entry.host is None:
+                (rootfs / entry.name.lstrip("/")).symlink_to(str(entry.target))
+            else:
+                (rootfs / entry.name.lstrip("/")).mkdir()
+                mounts.append(_bind(entry.host, entry.name))
+        for host, inside in read_only:
+            (rootfs / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            mounts.append(_bind(host, inside))
+        return mounts
+    mounts = [_bind("/usr", "/usr")]
+    (rootfs / "usr").mkdir()
     for name in _MERGED_USR:
         host = Path("/") / name
         if host.is_symlink():
@@ -190,6 +212,25 @@ def _make_root(rootfs: Path, read_only: Sequence[tuple[str, str]]) -> list[dict[
         (rootfs / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
         mounts.append(_bind(host, inside))
     return mounts
+
+
+def _environment_setpriv(environment: Environment) -> str:
+    """The environment's own ``setpriv`` (util-linux), which drops a reporting run's uid.
+
+    gVisor runs it inside the environment's root, where the host's is not.
+
+    Raises:
+        SandboxUnavailable: The environment has none (Debian and Ubuntu images do;
+            on Alpine, ``apk add setpriv``).
+    """
+    assert environment.rootfs is not None
+    for candidate in ("/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"):
+        if resolve_inside(environment.rootfs, candidate) is not None:
+            return candidate
+    raise SandboxUnavailable(
+        f"environment {environment.short} has no setpriv, which the gVisor tier needs to "
+        "drop a reporting run's privileges: install util-linux in its image or spec"
+    )
 
 
 def _stage_files(directory: Path, files: Mapping[str, bytes]) -> None:
@@ -216,6 +257,10 @@ class GVisorSandbox(PythonAsFile):
             :func:`~execgym.sandbox.bwrap.default_read_only_paths` (the interpreter's
             prefix, toolchains outside ``/usr``, site-packages for pytest).
         runsc_path: The ``runsc`` binary; found on PATH by default.
+        environment: The root file system runs see (:mod:`execgym.environments`): the
+            host's by default; an environment's root, read-only, instead (the OCI
+            bundle's root gets its top-level directories bound, and the host
+            interpreter's name in an argv becomes the environment's Python).
 
     Raises:
         SandboxUnavailable: if runsc is missing (with the command that installs it), or
@@ -229,6 +274,7 @@ class GVisorSandbox(PythonAsFile):
         *,
         read_only_paths: Sequence[ReadOnlyPath] | None = None,
         runsc_path: str | None = None,
+        environment: Environment | None = None,
     ) -> None:
         found = runsc_path or shutil.which("runsc")
         if found is None:
@@ -240,7 +286,14 @@ class GVisorSandbox(PythonAsFile):
             )
         self._runsc = found
         self._setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-        paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+        if environment is not None and environment.is_host:
+            environment = None
+        self.environment = environment
+        if environment is None:
+            paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+        else:
+            paths = read_only_paths or []
+            self._setpriv = _environment_setpriv(environment)
         self._read_only = resolve_paths(paths)
 
     def _spec(
@@ -314,7 +367,7 @@ class GVisorSandbox(PythonAsFile):
         bundle = run_dir / "bundle"
         rootfs = bundle / "rootfs"
         rootfs.mkdir(parents=True)
-        mounts = _make_root(rootfs, self._read_only)
+        mounts = _make_root(rootfs, self._read_only, self.environment)
         steps = []
         if files:
             (rootfs / CHANNEL_DIR.lstrip("/") / "files").mkdir(parents=True)
@@ -391,7 +444,9 @@ class GVisorSandbox(PythonAsFile):
         """
         for name in files or {}:
             safe_relative(name)
-        full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+        full_env = {**run_env(self.environment, BASE_ENV), "HOME": WORK_DIR, "TMPDIR": "/tmp"}
+        full_env.update(env or {})
+        argv = remap_argv(argv, self.environment)
         check_exec_size(argv, full_env)
         run_dir = Path(tempfile.mkdtemp(prefix="execgym-gvisor-"))
         try:

@@ -43,6 +43,8 @@ from importlib import resources
 from types import TracebackType
 from typing import Any
 
+from execgym.environments.model import Environment
+from execgym.environments.mounts import bwrap_root_args, remap_argv, run_env
 from execgym.errors import SandboxSetupFailed, SandboxUnavailable, TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
@@ -174,6 +176,9 @@ class WarmPoolSandbox:
     Args:
         read_only_paths: Host directories exposed read-only, as for
             :class:`BubblewrapSandbox` (default: the interpreter's prefix).
+        environment: The root file system the zygote and its runs see, as for
+            :class:`BubblewrapSandbox`: one pool (one zygote, started with the
+            environment's own Python) per environment.
 
     Raises:
         SandboxUnavailable: if bwrap, or the seccomp filter, is not available.
@@ -181,13 +186,22 @@ class WarmPoolSandbox:
 
     name = "bwrap"
 
-    def __init__(self, *, read_only_paths: Sequence[ReadOnlyPath] | None = None) -> None:
-        self._fresh = BubblewrapSandbox(read_only_paths=read_only_paths)
+    def __init__(
+        self,
+        *,
+        read_only_paths: Sequence[ReadOnlyPath] | None = None,
+        environment: Environment | None = None,
+    ) -> None:
+        self._fresh = BubblewrapSandbox(read_only_paths=read_only_paths, environment=environment)
+        self.environment = self._fresh.environment
         found = shutil.which("bwrap")
         if found is None:  # BubblewrapSandbox() above would have raised already
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
         self._bwrap = found
-        paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+        if self.environment is None:
+            paths = default_read_only_paths() if read_only_paths is None else read_only_paths
+        else:
+            paths = read_only_paths or []
         self._read_only = resolve_paths(paths)
         self._as_root = os.geteuid() == 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -233,7 +247,10 @@ class WarmPoolSandbox:
         argv += ["--cap-drop", "ALL"]
         for cap in _ZYGOTE_CAPS:
             argv += ["--cap-add", cap]
-        argv += system_binds()
+        if self.environment is None:
+            argv += system_binds()
+        else:
+            argv += bwrap_root_args(self.environment)
         argv += read_only_binds(self._read_only)
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", WORK_DIR]
         for key, parent in detect_cgroups().parents.items():
@@ -246,7 +263,7 @@ class WarmPoolSandbox:
             "--chdir",
             WORK_DIR,
             "--",
-            *python_command("-c")[:-1],
+            *remap_argv(python_command("-c")[:-1], self.environment),
             "-c",
             source,
             str(uids.first if uids else 0),
@@ -477,7 +494,8 @@ class WarmPoolSandbox:
                 :data:`MAX_ENV_BYTES` (it travels in one message to the zygote).
         """
         archive = _archive(files or {})
-        full_env = {**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp", **(env or {})}
+        full_env = {**run_env(self.environment, BASE_ENV), "HOME": WORK_DIR, "TMPDIR": "/tmp"}
+        full_env.update(env or {})
         check_exec_size(["python"], full_env)
         size = len(json.dumps(full_env))
         if size > MAX_ENV_BYTES:

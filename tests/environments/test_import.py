@@ -1,0 +1,100 @@
+"""Importing OCI images: layers in order, whiteouts, shared layers, docker archives."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from execgym.environments import (
+    Environment,
+    EnvironmentCache,
+    EnvironmentNotFound,
+    ImageError,
+    LayerError,
+)
+from execgym.environments.layers import unpack_layer
+
+
+def test_base_image_is_debian_with_its_python(debian: Environment) -> None:
+    assert debian.rootfs is not None
+    assert "bookworm" in (debian.rootfs / "etc/os-release").read_text()
+    assert debian.config.python == "/usr/bin/python3.11"  # /usr/bin/python3 resolved inside
+    assert debian.config.env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+    assert (debian.rootfs / "etc/issue").is_file()
+    assert len(debian.layers) == 1
+    assert debian.digest.startswith("sha256:")
+
+
+def test_upper_layers_whiteouts_and_opaque_directories(debian_top: Environment) -> None:
+    root = debian_top.rootfs
+    assert root is not None
+    assert not (root / "etc/issue").exists()  # .wh.issue in layer 2 hides the base's file
+    assert (root / "etc/os-release").exists()  # its siblings stay
+    assert sorted(p.name for p in (root / "opt/data").iterdir()) == ["c"]  # opaque in layer 3
+    assert not (root / "opt/gone").exists()  # added by layer 2, whited out by layer 3
+    assert (root / "opt/replaced").read_text() == "layer 3\n"
+    assert not list(root.rglob(".wh.*"))  # no marker reaches the root
+
+
+def test_shared_layers_are_stored_once(
+    env_cache: EnvironmentCache, debian: Environment, debian_top: Environment
+) -> None:
+    assert debian_top.layers[0] == debian.layers[0]
+    assert env_cache.stats()["layers_unpacked"] == 3  # base once, plus the two small ones
+    assert debian.rootfs is not None
+    assert debian_top.rootfs is not None
+    python = Path(debian.config.python or "").relative_to("/")
+    assert (debian.rootfs / python).stat().st_ino == (debian_top.rootfs / python).stat().st_ino
+    use = env_cache.disk_use()
+    # the second root costs its directories, not another copy of the files
+    assert use.environments_bytes < 0.2 * use.layers_bytes
+
+
+def test_docker_archive_reuses_the_layers(
+    test_image: Path, env_cache: EnvironmentCache, debian_top: Environment
+) -> None:
+    unpacked = env_cache.stats()["layers_unpacked"]
+    again = env_cache.import_image(f"{test_image / 'top-docker.tar'}:execgym/top:latest")
+    assert again.digest == debian_top.digest  # same layers and config: same environment
+    assert env_cache.stats()["layers_unpacked"] == unpacked
+    assert env_cache.get(debian_top.digest[:20]).digest == debian_top.digest
+
+
+def test_bad_references_say_what_is_wrong(test_image: Path, env_cache: EnvironmentCache) -> None:
+    with pytest.raises(ImageError, match="no image tagged 'nope'; it has: base, top"):
+        env_cache.import_image(f"{test_image / 'layout'}:nope")
+    with pytest.raises(ImageError, match="several images"):
+        env_cache.import_image(test_image / "layout")
+    with pytest.raises(ImageError, match="skopeo copy"):
+        env_cache.import_image(test_image / "missing")
+    with pytest.raises(EnvironmentNotFound, match="execgym env import"):
+        env_cache.get("no-such-environment")
+
+
+def _tar(entries: dict[str, bytes], symlinks: dict[str, str] | None = None) -> io.BytesIO:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, target in (symlinks or {}).items():  # first: files may go through them
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out.seek(0)
+    return out
+
+
+def test_a_layer_must_match_its_digest_and_stay_inside(tmp_path: Path) -> None:
+    with pytest.raises(LayerError, match="but the image names it"):
+        unpack_layer(_tar({"a": b"1"}), tmp_path / "one", "sha256:" + "0" * 64)
+    with pytest.raises(LayerError):  # tarfile's 'tar' filter (PEP 706) refuses it
+        unpack_layer(_tar({"../escape": b"1"}), tmp_path / "two")
+    assert not (tmp_path / "escape").exists()
+    with pytest.raises(LayerError):  # a file through a symlink pointing out of the layer
+        unpack_layer(_tar({"link/evil": b"1"}, {"link": str(tmp_path)}), tmp_path / "three")
+    assert not (tmp_path / "evil").exists()
