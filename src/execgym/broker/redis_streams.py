@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -49,6 +49,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT, FieldT, StreamIdT
 
 from execgym.broker.base import Audit, BrokerSettings, DeadLetter, Delivery, queue_full
 from execgym.broker.keys import GROUP, Keys
@@ -58,6 +59,11 @@ from execgym.errors import BrokerError, BrokerUnavailable, MessageError
 log = logging.getLogger(__name__)
 
 SUBMIT_CHUNK = 500
+
+# A stream read's reply with ``decode_responses=True``: per stream, its entries, each an
+# id and its fields. redis-py types replies as the union of every command's.
+StreamEntries = list[tuple[str, dict[str, str]]]
+StreamReply = list[tuple[str, StreamEntries]]
 """Jobs added per script call when a waiting submit splits a batch."""
 
 _SUBMIT = """
@@ -229,7 +235,13 @@ class RedisStreamsBroker:
         chunk = max(1, min(SUBMIT_CHUNK, bound)) if wait else max(1, len(jobs))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ttl_s = max(1, math.ceil(self.settings.result_ttl_s))
-        head = [bound, self.keys.result(""), self.keys.done(""), ttl_s, self.keys.batch("")]
+        head: list[str | int] = [
+            bound,
+            self.keys.result(""),
+            self.keys.done(""),
+            ttl_s,
+            self.keys.batch(""),
+        ]
         for start in range(0, len(jobs), chunk):
             part = jobs[start : start + chunk]
             payload = [f for job in part for f in (job.job_id, job.batch_id, job.to_json())]
@@ -253,8 +265,11 @@ class RedisStreamsBroker:
             self._next_claim = time.monotonic() + self.settings.visibility_timeout_s / 4
         block_ms = max(1, int(min(block_s, self.block_s) * 1000)) if block_s > 0 else None
         with self._errors("read jobs"):
-            reply = await self.redis.xreadgroup(
-                GROUP, consumer, {self.keys.jobs: ">"}, count=count, block=block_ms
+            reply = cast(
+                StreamReply | None,
+                await self.redis.xreadgroup(
+                    GROUP, consumer, {self.keys.jobs: ">"}, count=count, block=block_ms
+                ),
             )
         return [
             _delivery(entry_id, fields, 1)
@@ -313,7 +328,8 @@ class RedisStreamsBroker:
                 owned = await self.redis.xpending_range(
                     self.keys.jobs, GROUP, "-", "+", max(len(ids), 1) * 2, consumername=consumer
                 )
-                mine = sorted({p["message_id"] for p in owned} & set(ids))
+                held = set(ids) & {p["message_id"] for p in owned}
+                mine: list[StreamIdT] = [*sorted(held)]
                 if mine:
                     await self.redis.xclaim(self.keys.jobs, GROUP, consumer, 0, mine, justid=True)
             info = json.dumps({"running": len(ids), "at": time.time()})
@@ -418,7 +434,7 @@ class RedisStreamsBroker:
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Move the job to the dead-letter stream with ``reason``."""
-        fields = {
+        fields: dict[FieldT, EncodableT] = {
             "job_id": delivery.job.job_id if delivery.job else "",
             "deliveries": delivery.attempt,
             "reason": reason,
@@ -434,7 +450,7 @@ class RedisStreamsBroker:
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The most recent dead letters, newest last."""
         with self._errors("read the dead letters"):
-            entries = await self.redis.xrevrange(self.keys.dead, count=limit)
+            entries = cast(StreamEntries, await self.redis.xrevrange(self.keys.dead, count=limit))
         return [
             DeadLetter(f["job_id"], int(f["deliveries"]), f["reason"], f["job"])
             for _id, f in reversed(entries)
@@ -454,8 +470,11 @@ class RedisStreamsBroker:
         while len(seen) < count:
             try:
                 with self._errors("read results"):
-                    reply = await self.redis.xread(
-                        {stream: last}, count=1000, block=int(self.block_s * 1000)
+                    reply = cast(
+                        StreamReply | None,
+                        await self.redis.xread(
+                            {stream: last}, count=1000, block=int(self.block_s * 1000)
+                        ),
                     )
             except BrokerUnavailable as error:
                 failing_since = failing_since or time.monotonic()

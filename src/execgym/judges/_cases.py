@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import ast
 import sys
+from typing import Any
 
 CASE_RUNNER = "__execgym_case__"
-_NO_TYPE_PARAMS: dict[str, list[ast.AST]] = (
-    {"type_params": []} if sys.version_info >= (3, 12) else {}
-)
+# Any: the keyword exists only from 3.12 on, which the 3.11 signature cannot say.
+_NO_TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
 
 
 def _binds(node: ast.AST) -> set[str]:

@@ -82,6 +82,13 @@ def _ruff() -> str:
     return str(find_ruff_bin())
 
 
+def _row(finding: dict[str, object], default: int) -> int:
+    """The line ruff's JSON ``finding`` is on (``location.row``), else ``default``."""
+    location = finding.get("location")
+    row = location.get("row", default) if isinstance(location, dict) else default
+    return int(row)
+
+
 def ruff_findings(program: str, spec: Static) -> list[dict[str, object]]:
     """The findings of ruff on ``program`` (``--isolated``: no config file is read).
 
@@ -119,11 +126,7 @@ def static_score(program: str, spec: Static, *, first_line: int = 1) -> Measured
     """
     if not parses(program):
         return Measured(0.0, "does not parse")
-    findings = [
-        f
-        for f in ruff_findings(program, spec)
-        if int(dict(f.get("location") or {}).get("row", first_line)) >= first_line
-    ]
+    findings = [f for f in ruff_findings(program, spec) if _row(f, first_line) >= first_line]
     lines = logical_lines(program, first_line)
     density = len(findings) / lines
     codes = sorted({str(f.get("code")) for f in findings})

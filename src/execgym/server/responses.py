@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 from execgym.sandbox.base import RunResult, Status
 from execgym.server.jobs import JobView
@@ -48,6 +48,7 @@ def command_result(result: RunResult) -> CommandRunResult:
     did ``Finished`` with its return code (``-N`` when signal ``N`` ended it, as Python's
     ``subprocess`` reports it).
     """
+    status: Literal["Finished", "Error", "TimeLimitExceeded"]
     if result.status is Status.SANDBOX_ERROR:
         status = "Error"
     elif result.status is Status.TIME_LIMIT:
@@ -126,7 +127,9 @@ def step_report(result: RunResult) -> StepReport:
 def run_response(language: str, outcome: ProgramOutcome) -> RunResponse:
     """``POST /v1/run``'s answer (the caller has ruled out a sandbox error)."""
     compiled_ok = outcome.compile is None or outcome.compile.status is Status.OK
-    status = outcome.run.status if outcome.run is not None and compiled_ok else "compile_error"
+    status: Status | Literal["compile_error"] = (
+        outcome.run.status if outcome.run is not None and compiled_ok else "compile_error"
+    )
     return RunResponse(
         language=language,
         status=status,

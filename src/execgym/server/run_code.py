@@ -108,7 +108,8 @@ def place_files(files: Mapping[str, bytes]) -> tuple[dict[str, bytes], dict[str,
         TaskError: for an absolute name elsewhere (nothing else is writable), or one
             that climbs out with ``..``.
     """
-    work, tmp = {}, {}
+    work: dict[str, bytes] = {}
+    tmp: dict[str, bytes] = {}
     for name, content in files.items():
         for root, into in (("/work/", work), ("/tmp/", tmp)):
             if name.startswith(root):

@@ -17,7 +17,10 @@ from typing import Any
 
 from execgym.tasks.models import Rollout, Task
 
-SCHEMA_FILES = {"task.schema.json": Task, "rollout.schema.json": Rollout}
+SCHEMA_FILES: dict[str, type[Task] | type[Rollout]] = {
+    "task.schema.json": Task,
+    "rollout.schema.json": Rollout,
+}
 """File name -> the model it describes."""
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"

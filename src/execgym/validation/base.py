@@ -12,11 +12,35 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from execgym.errors import TaskError
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import Task
+
+
+def entry_point(task: Task) -> str:
+    """The function ``task``'s tests call: validation handles Python ``assert`` tasks.
+
+    Raises:
+        TaskError: if ``task`` has no ``entry_point`` (the loaders refuse such a Python
+            ``assert`` task, so another kind of task reached a check).
+    """
+    if not task.entry_point:
+        raise TaskError(f"{task.task_id}: no entry_point; validation checks Python assert tasks")
+    return task.entry_point
+
+
+def tests_of(task: Task) -> str:
+    """``task``'s tests (Python code defining ``check``); see :func:`entry_point`.
+
+    Raises:
+        TaskError: if ``task`` has no ``tests``.
+    """
+    if task.tests is None:
+        raise TaskError(f"{task.task_id}: no tests; validation checks Python assert tasks")
+    return task.tests
 
 
 class Outcome(enum.Enum):

@@ -23,7 +23,7 @@ from typing import Any
 from execgym.tasks.models import Task
 from execgym.validation._probe import probe
 from execgym.validation._source import reference_program
-from execgym.validation.base import CheckResult, Context, Outcome
+from execgym.validation.base import CheckResult, Context, Outcome, entry_point
 
 NAME = "description"
 _ARROWS = r"(?:➞|==>|=>|->|==|→)"
@@ -61,14 +61,14 @@ def examples(task: Task) -> list[Example]:
     for i, line in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith(">>>"):
-            call = _to_candidate(stripped[3:], task.entry_point)
+            call = _to_candidate(stripped[3:], entry_point(task))
             expected = lines[i + 1].strip() if i + 1 < len(lines) else ""
             if call and expected and not expected.startswith(">>>"):
                 found.append(Example(call, expected))
             continue
         match = re.match(rf"^(.+?\))\s*{_ARROWS}\s*(.+?)\s*$", stripped)
         if match:
-            call = _to_candidate(match.group(1), task.entry_point)
+            call = _to_candidate(match.group(1), entry_point(task))
             if call:
                 found.append(Example(call, match.group(2).rstrip(".,;")))
     return found
@@ -103,7 +103,7 @@ def _static_problems(task: Task) -> list[str]:
     problems = []
     if not task.prompt.strip():
         problems.append("the prompt is empty")
-    elif task.entry_point not in task.prompt:
+    elif entry_point(task) not in task.prompt:
         problems.append(f"the prompt never names the entry point {task.entry_point!r}")
     return problems
 
@@ -122,7 +122,7 @@ async def check(task: Task, ctx: Context) -> CheckResult:
         return CheckResult(NAME, Outcome.PASS, details=details)
     program = reference_program(task).source
     outcome = await probe(
-        ctx, [program], task.entry_point, [e.call for e, _ in checkable], ctx.limits
+        ctx, [program], entry_point(task), [e.call for e, _ in checkable], ctx.limits
     )
     if outcome is None or outcome[0] is None:
         return CheckResult(NAME, Outcome.WARN, "could not run the prompt's examples", details)

@@ -29,6 +29,7 @@ import copy
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 _ARITHMETIC: dict[type[ast.operator], list[type[ast.operator]]] = {
     ast.Add: [ast.Sub],
@@ -97,7 +98,10 @@ def _set(node: ast.AST, attr: str, value: object) -> Callable[[], Callable[[], N
     return apply
 
 
-def _set_item(items: list[ast.AST], index: int, value: ast.AST) -> Callable[[], Callable[[], None]]:
+_Node = TypeVar("_Node", bound=ast.AST)
+
+
+def _set_item(items: list[_Node], index: int, value: _Node) -> Callable[[], Callable[[], None]]:
     def apply() -> Callable[[], None]:
         old = items[index]
         items[index] = value
@@ -133,7 +137,7 @@ def _expression_points(node: ast.AST) -> Iterator[_Point]:
                     line,
                     f"{_op_name(op)} -> {_op_name(flipped)}",
                     _set_item(node.ops, i, flipped),
-                )  # type: ignore[arg-type]
+                )
             if type(op) in _BOUNDARY:
                 bound = _BOUNDARY[type(op)]()
                 yield (
@@ -141,7 +145,7 @@ def _expression_points(node: ast.AST) -> Iterator[_Point]:
                     line,
                     f"{_op_name(op)} -> {_op_name(bound)}",
                     _set_item(node.ops, i, bound),
-                )  # type: ignore[arg-type]
+                )
     elif isinstance(node, ast.BoolOp):
         new_op: ast.boolop = ast.Or() if isinstance(node.op, ast.And) else ast.And()
         yield (

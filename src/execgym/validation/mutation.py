@@ -35,7 +35,7 @@ from execgym.judges.base import Judgement, Verdict
 from execgym.tasks.models import Task
 from execgym.validation._probe import probe
 from execgym.validation._source import candidate_calls, reference_program
-from execgym.validation.base import CheckResult, Context, Outcome
+from execgym.validation.base import CheckResult, Context, Outcome, entry_point, tests_of
 from execgym.validation.description import example_calls
 from execgym.validation.mutants import Mutant, make_mutants
 
@@ -99,11 +99,11 @@ async def check(task: Task, ctx: Context, reference_runs: list[Judgement]) -> Ch
 async def _classify(
     task: Task, ctx: Context, original: str, survivors: list[Mutant]
 ) -> dict[str, str]:
-    calls = [*candidate_calls(task.tests), *example_calls(task)]
+    calls = [*candidate_calls(tests_of(task)), *example_calls(task)]
     if not survivors or not calls:
         return {}
     outcome = await probe(
-        ctx, [original, *(m.source for m in survivors)], task.entry_point, calls, ctx.limits
+        ctx, [original, *(m.source for m in survivors)], entry_point(task), calls, ctx.limits
     )
     if outcome is None or outcome[0] is None:
         return {}

@@ -30,7 +30,7 @@ def summary(report: ValidationReport) -> dict[str, Any]:
     }
     scores = sorted(s for t in report.tasks if (s := t.mutation_score) is not None)
     mutants = sum(
-        t.result("mutation").details.get("judged", 0) for t in report.tasks if t.result("mutation")
+        r.details.get("judged", 0) for t in report.tasks if (r := t.result("mutation")) is not None
     )
     return {
         "tasks": len(report.tasks),

@@ -24,14 +24,14 @@ def check(task: Task) -> CheckResult:
     else:
         try:
             program = parse(reference_program(task).source, "prompt + reference")
-            if not defines(program, task.entry_point):
+            if not defines(program, task.entry_point or ""):
                 problems.append(
                     f"entry point {task.entry_point!r} is not defined by prompt + reference"
                 )
         except SyntaxError as error:
             problems.append(str(error))
     try:
-        if not defines(parse(task.tests, "tests"), "check"):
+        if not defines(parse(task.tests or "", "tests"), "check"):
             problems.append("tests do not define check(candidate)")
     except SyntaxError as error:
         problems.append(str(error))

@@ -13,7 +13,7 @@ import asyncio
 from execgym.judges.base import Verdict
 from execgym.tasks.models import Task
 from execgym.validation._source import entry_function
-from execgym.validation.base import CheckResult, Context, Outcome
+from execgym.validation.base import CheckResult, Context, Outcome, entry_point
 
 NAME = "trivial"
 
@@ -23,7 +23,7 @@ def candidates(task: Task) -> dict[str, str]:
     indent = " " * 4
     first_arg = None
     try:
-        function = entry_function(ast.parse(task.prompt), task.entry_point)
+        function = entry_function(ast.parse(task.prompt), entry_point(task))
     except SyntaxError:
         function = None
     if function is not None:

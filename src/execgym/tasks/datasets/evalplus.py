@@ -130,7 +130,7 @@ def load_humanevalplus() -> Loaded:
 
 
 def _entry_point(code: str, tests: list[str]) -> str:
-    names = re.findall(r"^def (\w+)\s*\(", code, re.M)
+    names: list[str] = re.findall(r"^def (\w+)\s*\(", code, re.M)
     called = next((n for n in reversed(names) if any(n + "(" in t for t in tests)), None)
     return called or names[-1]
 

@@ -76,22 +76,27 @@ def task_from_livecodebench(record: dict[str, Any], task_id: str | None = None) 
         metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
         if not metadata.get("func_name"):
             raise TaskError("a functional record needs metadata.func_name")
-        return Task(
-            kind="function_call",
-            prompt=record.get("starter_code", ""),
-            fn_name=metadata["func_name"],
-            test_cases=[
-                {
-                    "args": [json.loads(line) for line in case["input"].splitlines() if line],
-                    "expected": json.loads(case["output"]),
-                }
-                for case in cases
-            ],
-            **common,
+        calls = [
+            {
+                "args": [json.loads(line) for line in case["input"].splitlines() if line],
+                "expected": json.loads(case["output"]),
+            }
+            for case in cases
+        ]
+        return Task.model_validate(  # the cases as JSON: the model validates them
+            {
+                "kind": "function_call",
+                "prompt": record.get("starter_code", ""),
+                "fn_name": metadata["func_name"],
+                "test_cases": calls,
+                **common,
+            }
         )
-    return Task(
-        kind="stdio",
-        prompt=record.get("question_content", ""),
-        test_cases=[{"input": c["input"], "output": c["output"]} for c in cases],
-        **common,
+    return Task.model_validate(
+        {
+            "kind": "stdio",
+            "prompt": record.get("question_content", ""),
+            "test_cases": [{"input": c["input"], "output": c["output"]} for c in cases],
+            **common,
+        }
     )

@@ -77,18 +77,22 @@ def task_from_apps(record: dict[str, Any], task_id: str) -> Task:
             {"args": args if isinstance(args, list) else [args], "expected": expected}
             for args, expected in zip(io["inputs"], io["outputs"], strict=True)
         ]
-        return Task(
-            kind="function_call",
-            prompt=record.get("starter_code") or "",
-            fn_name=fn_name,
-            test_cases=cases,
-            **common,
+        return Task.model_validate(  # the cases as JSON: the model validates them
+            {
+                "kind": "function_call",
+                "prompt": record.get("starter_code") or "",
+                "fn_name": fn_name,
+                "test_cases": cases,
+                **common,
+            }
         )
     cases = [
         {"input": _text(given), "output": _text(expected)}
         for given, expected in zip(io["inputs"], io["outputs"], strict=True)
     ]
-    return Task(kind="stdio", prompt=record.get("question", ""), test_cases=cases, **common)
+    return Task.model_validate(
+        {"kind": "stdio", "prompt": record.get("question", ""), "test_cases": cases, **common}
+    )
 
 
 def task_from_codecontests(record: dict[str, Any], task_id: str | None = None) -> Task:
@@ -112,15 +116,17 @@ def task_from_codecontests(record: dict[str, Any], task_id: str | None = None) -
     limit = record.get("time_limit") or {}
     seconds = (limit.get("seconds") or 0) + (limit.get("nanos") or 0) / 1e9
     memory = record.get("memory_limit_bytes") or None
-    return Task(
-        task_id=task_id or record["name"],
-        kind="stdio",
-        language=language,
-        prompt=record.get("description", ""),
-        test_cases=cases,
-        reference=reference,
-        case_time_limit_s=seconds or None,
-        limits={"memory_bytes": memory} if memory else None,
+    return Task.model_validate(
+        {
+            "task_id": task_id or record["name"],
+            "kind": "stdio",
+            "language": language,
+            "prompt": record.get("description", ""),
+            "test_cases": cases,
+            "reference": reference,
+            "case_time_limit_s": seconds or None,
+            "limits": {"memory_bytes": memory} if memory else None,
+        }
     )
 
 
