@@ -158,7 +158,10 @@ def environment_shell(environment: Environment) -> bytes:
     Raises:
         ValueError: The environment has no ``/bin/sh``.
     """
-    assert environment.rootfs is not None
+    if environment.rootfs is None:
+        raise ValueError(
+            f"environment {environment.short} is the host's: it has no /bin/sh of its own"
+        )
     path = resolve_inside(environment.rootfs, "/bin/sh")
     host = environment.rootfs / path.lstrip("/") if path else None
     if host is None or not host.is_file():

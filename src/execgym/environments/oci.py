@@ -88,6 +88,11 @@ class _Blobs:
     def __init__(self, root: Path | None, archive: Path | None, prefix: str = "") -> None:
         self.root, self.archive, self.prefix = root, archive, prefix
 
+    def _archive(self) -> Path:
+        if self.archive is None:
+            raise ImageError("an image needs a layout directory or an archive: got neither")
+        return self.archive
+
     def read(self, name: str) -> bytes:
         with self.open(name)() as handle:
             return handle.read()
@@ -102,8 +107,7 @@ class _Blobs:
                 with path.open("rb") as handle:
                     yield handle
                 return
-            assert self.archive is not None
-            with tarfile.open(self.archive) as tar:
+            with tarfile.open(self._archive()) as tar:
                 try:
                     member = tar.getmember(self.prefix + name)
                 except KeyError:
@@ -119,8 +123,7 @@ class _Blobs:
     def exists(self, name: str) -> bool:
         if self.root is not None:
             return (self.root / name).is_file()
-        assert self.archive is not None
-        with tarfile.open(self.archive) as tar:
+        with tarfile.open(self._archive()) as tar:
             return any(m.name in (name, "./" + name) for m in tar.getmembers())
 
 

@@ -223,7 +223,10 @@ def _environment_setpriv(environment: Environment) -> str:
         SandboxUnavailable: The environment has none (Debian and Ubuntu images do;
             on Alpine, ``apk add setpriv``).
     """
-    assert environment.rootfs is not None
+    if environment.rootfs is None:
+        raise SandboxUnavailable(
+            f"environment {environment.short} is the host's: no setpriv of its own"
+        )
     for candidate in ("/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"):
         if resolve_inside(environment.rootfs, candidate) is not None:
             return candidate
