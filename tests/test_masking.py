@@ -1,10 +1,10 @@
-"""The masking principle as code (execgym.masking): one place decides which results carry
+"""The masking principle as code (execgym.judges.masking): one place decides which results carry
 no reward, and which failures count toward a circuit breaker."""
 
 from __future__ import annotations
 
 from execgym.judges.base import Judgement, Verdict, never_started
-from execgym.masking import Fault, counts_toward_breaker, fault_of, is_masked
+from execgym.judges.masking import Fault, counts_toward_breaker, fault_of, is_masked
 from execgym.reward import binary_reward
 from execgym.sandbox.base import Status
 from execgym.testing import fake_result

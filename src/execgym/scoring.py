@@ -4,7 +4,7 @@ One bad rollout never sinks the batch: a malformed line or an unknown task becom
 ``invalid`` result, a failure of ours a ``sandbox_error`` (retried once), and every
 result is handed to ``on_result`` as soon as it exists, so nothing already scored is
 lost if the run is interrupted. Which failures are masked, and which count toward a
-circuit breaker, is decided by :mod:`execgym.masking`, where the rule is written.
+circuit breaker, is decided by :mod:`execgym.judges.masking`, where the rule is written.
 """
 
 from __future__ import annotations

@@ -409,7 +409,7 @@ class FakeEpisodeEnv:
 
 
 class FakeTaskCatalog:
-    """A :class:`~execgym.integrations.episode_env.TaskCatalog` of :class:`FakeRepoTask`."""
+    """A :class:`~execgym.episodes.protocol.TaskCatalog` of :class:`FakeRepoTask`."""
 
     def __init__(self, *tasks: FakeRepoTask) -> None:
         self.tasks = {task.task_id: task for task in (tasks or (FakeRepoTask(),))}

@@ -45,6 +45,28 @@ def test_code_comes_from_the_last_fenced_block() -> None:  # the full policy: te
         completion_text(42)
 
 
+async def test_the_entry_point_comes_from_the_block_the_scorer_runs(bwrap_sandbox) -> None:
+    # The solution in a python block, then an untagged sample run: the scorer runs the
+    # python block, so the entry point is read from it (it was read from the sample,
+    # which defines nothing, and became ``str``, the first name the assert calls).
+    text = (
+        "```python\ndef solve(n):\n    return n * n\n```\nFor example:\n"
+        "```\nprint(solve(3))\n9\n```\n"
+    )
+    truth = {"assert_case": ["assert str(solve(3)) == '9'"]}
+    async with RewardClient(sandbox=bwrap_sandbox) as client:
+        score = await client.score(text, truth)
+    assert (score.verdict, score.reward) == ("passed", 1.0)
+
+
+def test_one_extract_code_everywhere() -> None:
+    import execgym
+    from execgym.tasks.extract import extract_code as the_one
+
+    assert extract_code is the_one
+    assert execgym.extract_code is the_one
+
+
 def test_ground_truth_formats_become_task_records() -> None:
     record = record_from_ground_truth(ADD_CASES, "def add(a, b): ...", task_id="t")
     assert record["entry_point"] == "add"

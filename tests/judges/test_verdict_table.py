@@ -3,7 +3,7 @@
 Each row of the table "Verdicts of rollout-controlled failures" names a case; this
 module holds the rollout of each case, scores it on the warm pool (fresh bwrap for
 compiled languages) and checks the verdict the table states, and that it is never
-masked: a failure the rollout controls always carries a reward (execgym.masking).
+masked: a failure the rollout controls always carries a reward (execgym.judges.masking).
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def test_metrics_scraped_during_a_batch_match_its_results_exactly(server: str) -
 
 def starved_task(number: int, dataset: str = "Starved") -> dict[str, Any]:
     """A task whose sandbox never starts its harness: ``sandbox_error``, an infrastructure
-    failure (execgym.masking.counts_toward_breaker). Its wall-time limit, 1 ns, ends every
+    failure (execgym.judges.masking.counts_toward_breaker). Its wall-time limit, 1 ns, ends every
     run before the harness's start marker; a checker that always fails is no longer one
     (it fails on the task's expected output too: ``invalid``, the task's fault, which a
     breaker never counts, as garbage rollouts could otherwise quarantine a data set)."""

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from execgym.episodes.registry import EpisodeRegistry
 from execgym.errors import CapacityExceeded, EpisodeNotFound, EpisodeOver
 from execgym.server import ServerSettings
 from execgym.server.episode_routes import EpisodeBackend
-from execgym.server.episodes import EpisodeRegistry
 from execgym.testing import FAKE_TOOLS, FakeEpisodeEnv, FakeSandbox, FakeTaskCatalog, fake_result
 from tests.server.conftest import NO_TOOLS, serving
 

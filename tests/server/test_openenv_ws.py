@@ -22,9 +22,9 @@ import httpx
 import pytest
 import uvicorn
 
+from execgym.episodes.registry import EpisodeRegistry
 from execgym.server import ServerSettings, create_app
 from execgym.server.episode_routes import EpisodeBackend
-from execgym.server.episodes import EpisodeRegistry
 from execgym.testing import FAKE_TOOLS, FakeEpisodeEnv, FakeSandbox, FakeTaskCatalog, fake_result
 from tests.conftest import require
 from tests.server.conftest import NO_TOOLS

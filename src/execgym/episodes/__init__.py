@@ -15,7 +15,12 @@ tests run on a clean copy of its final tree and give the reward::
 Modules: :mod:`~execgym.episodes.task` (``RepoTask``, loading), :mod:`~.tools` (tool
 schemas, actions), :mod:`~.actions` (what each tool does), :mod:`~.observations`,
 :mod:`~.grading` (hidden tests, reward), :mod:`~.env` (``AsyncEnv``), :mod:`~.sync`
-(``Env``, ``make``), :mod:`~.agent` (``ScriptedAgent``), :mod:`~.batch` (many episodes).
+(``Env``, ``make``), :mod:`~.agent` (``ScriptedAgent``), :mod:`~.batch` (many episodes),
+:mod:`~.protocol` (the ``EpisodeEnv`` protocol the adapters and the service drive, the
+task catalogue), :mod:`~.registry` (live episodes by id, for the service and the verl
+tool). The HTTP routes (:mod:`execgym.server.episode_routes`, :mod:`execgym.server.openenv`)
+and the trainers' adapters (:mod:`execgym.integrations.trl_env`,
+:mod:`execgym.integrations.verl_tool`) are thin callers of these.
 """
 
 from __future__ import annotations

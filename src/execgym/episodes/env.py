@@ -39,7 +39,7 @@ from execgym.errors import SandboxError, TaskError
 from execgym.judges.base import Verdict
 from execgym.limits import Limits
 from execgym.reward import RewardSpec
-from execgym.sandbox._run import BASE_ENV
+from execgym.sandbox import BASE_ENV
 from execgym.sandbox.session import Session, SessionClosed, open_session
 from execgym.toolchains import PYTHON_LIBRARIES_DIR
 

@@ -31,12 +31,12 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from execgym.episodes.task import RepoTask
-from execgym.judges._programs import harness_program
+from execgym.judges import harness_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.judges.pytest_tests import interpret_pytest_run
 from execgym.limits import Limits
 from execgym.reward import RewardBreakdown, RewardSpec, evaluate, load_spec
-from execgym.sandbox._python import python_command
+from execgym.sandbox import python_command
 from execgym.sandbox.base import Sandbox
 from execgym.sandbox.bwrap import BubblewrapSandbox
 from execgym.tasks.models import Task

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from execgym.sandbox._cgroup import detect_cgroups
+from execgym.sandbox import detect_cgroups
 
 _USAGE_FILES = {1: ("memory", "memory.usage_in_bytes"), 2: ("unified", "memory.current")}
 

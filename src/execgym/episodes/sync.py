@@ -1,8 +1,8 @@
 """The blocking :class:`Env` (Gymnasium-style) and :func:`make`.
 
 :class:`Env` wraps an :class:`~execgym.episodes.env.AsyncEnv` and runs it on an event
-loop of its own, in a daemon thread, so plain synchronous code (a training loop, a
-notebook) can drive an episode::
+loop of its own, in a daemon thread (a :class:`~execgym.sync_bridge.BackgroundLoop`),
+so plain synchronous code (a training loop, a notebook) can drive an episode::
 
     with execgym.make("example/pagination-page-count") as env:
         observation = env.reset()
@@ -15,15 +15,14 @@ In async code use :class:`AsyncEnv` directly (``make_async``).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from execgym.episodes.env import AsyncEnv, StepResult
 from execgym.episodes.task import RepoTask, example_tasks, find_task, parse_repo_task
 from execgym.errors import TaskError
+from execgym.sync_bridge import BackgroundLoop
 
 T = TypeVar("T")
 
@@ -57,12 +56,7 @@ class Env:
 
     def __init__(self, env: AsyncEnv) -> None:
         self.unwrapped = env
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name=f"execgym-env-{env.task.id}", daemon=True
-        )
-        self._thread.start()
-        self._closed = False
+        self._loop = BackgroundLoop(f"execgym-env-{env.task.id}")
 
     def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the environment's loop and return its result.
@@ -72,10 +66,10 @@ class Env:
         return self._call(coroutine)
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        if self._closed:
+        if self._loop.closed:
             coroutine.close()
             raise RuntimeError("the environment is closed")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        return self._loop.run(coroutine)
 
     @property
     def task(self) -> RepoTask:
@@ -92,14 +86,11 @@ class Env:
 
     def close(self) -> None:
         """Reclaim the session and stop the loop thread; idempotent."""
-        if self._closed:
+        if self._loop.closed:
             return
         try:
             self._call(self.unwrapped.aclose())
         finally:
-            self._closed = True
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
             self._loop.close()
 
     def __enter__(self) -> Env:

@@ -32,7 +32,7 @@ from pydantic import (
 
 from execgym.errors import TaskError, TaskNotFound
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox._paths import safe_relative
+from execgym.sandbox import safe_relative
 from execgym.tasks.models import TaskLimits
 
 SKIPPED_NAMES = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})

@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from execgym.errors import Error
 from execgym.integrations.extract import completion_text, extract_code
@@ -33,10 +33,9 @@ from execgym.ops.breakers import Breakers
 from execgym.reward import RewardSpec, load_spec
 from execgym.sandbox.base import Sandbox
 from execgym.scoring import Scorer
+from execgym.sync_bridge import BackgroundLoop
 from execgym.tasks.loaders import RolloutLine
 from execgym.tasks.models import Rollout, Task
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +155,10 @@ class RewardClient:
         """
         try:
             text = completion_text(completion)
-            code = extract_code(text)
+            # The ground truths that read the code to find the entry point (assert_case,
+            # MBPP) are Python tasks, whose code the scorer extracts for "python": the
+            # entry point comes from the block that is run, not from a sample output.
+            code = extract_code(text, "python")
             task = task_from_record(record_from_ground_truth(ground_truth, code, task_id))
         except (Error, TypeError) as error:
             return SampleScore(None, "invalid", str(error))
@@ -167,35 +169,6 @@ class RewardClient:
     ) -> list[SampleScore]:
         """Score ``(completion, ground_truth)`` pairs concurrently, in order."""
         return list(await asyncio.gather(*(self.score(c, g) for c, g in items)))
-
-
-class BackgroundLoop:
-    """An event loop in a daemon thread, so synchronous callers can await clients.
-
-    Trainers call reward functions synchronously, sometimes from threads, sometimes
-    from inside their own event loop; coroutines are run here instead, on one loop
-    that keeps the client's sandbox alive between calls.
-    """
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="execgym-rewards", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The background loop (the client's sandbox lives on it)."""
-        return self._loop
-
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the background loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
-
-    async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the background loop and await it from another loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
 
 
 _shared: dict[tuple[str, float, int], RewardClient] = {}
@@ -215,7 +188,7 @@ def shared_client(
     key = (reward, float(timeout_s), int(memory_mb))
     with _lock:
         if _loop is None:
-            _loop = BackgroundLoop()
+            _loop = BackgroundLoop("execgym-rewards")
         if key not in _shared:
             limits = Limits(
                 wall_time_s=timeout_s, cpu_time_s=timeout_s, memory_bytes=memory_mb * 1024 * 1024

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from execgym.episodes.protocol import StepTuple
 from execgym.errors import CapacityExceeded, EpisodeNotFound, EpisodeOver, Error
-from execgym.integrations.episode_env import StepTuple
 
 RETRY_POLL_S = 5.0
 """Longest pause between two tries of an open refused with 429."""

@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from execgym.errors import TaskError
-from execgym.tasks.datasets._files import imported_modules, with_python_libraries
+from execgym.tasks.datasets import imported_modules, with_python_libraries
 from execgym.tasks.models import Task
 
 

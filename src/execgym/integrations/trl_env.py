@@ -43,8 +43,8 @@ import os
 import threading
 from typing import Any, ClassVar
 
-from execgym.integrations.client import BackgroundLoop
-from execgym.integrations.episode_env import EpisodeEnv, local_env_factory, observation_text
+from execgym.episodes.protocol import EpisodeEnv, local_env_factory, observation_text
+from execgym.sync_bridge import BackgroundLoop
 
 _loop: BackgroundLoop | None = None
 _lock = threading.Lock()
@@ -55,7 +55,7 @@ def _background() -> BackgroundLoop:
     global _loop
     with _lock:
         if _loop is None:
-            _loop = BackgroundLoop()
+            _loop = BackgroundLoop("execgym-trl-env")
         return _loop
 
 

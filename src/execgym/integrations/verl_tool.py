@@ -58,15 +58,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from execgym.errors import CapacityExceeded, ConfigError, EpisodeNotFound, EpisodeOver
-from execgym.integrations.episode_env import (
+from execgym.episodes.protocol import (
     EpisodeEnv,
     ShippedTasks,
     local_env_factory,
     observation_text,
     tool_schemas,
 )
-from execgym.server.episodes import EpisodeRegistry
+from execgym.episodes.registry import EpisodeRegistry
+from execgym.errors import CapacityExceeded, ConfigError, EpisodeNotFound, EpisodeOver
 
 CLASS_NAME = "execgym.integrations.verl_tool.EpisodeTool"
 

@@ -4,11 +4,13 @@ One judge per test kind: :class:`AssertJudge` (Python assert tests),
 :class:`NativeAssertJudge` (assert tests in other languages), :class:`StdioJudge`,
 :class:`FunctionCallJudge`, :class:`PytestJudge` and :class:`UnittestJudge`
 (BigCodeBench's one-module unittest tests). :class:`Builder` compiles sources
-(with its cache) for those that need it.
+(with its cache) for those that need it. :func:`harness_program` is the marshalled
+script of a harness, for the episodes' grader, which runs the pytest harness too.
 """
 
 from __future__ import annotations
 
+from execgym.judges._programs import harness_program
 from execgym.judges.assert_native import NativeAssertJudge
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
@@ -33,5 +35,6 @@ __all__ = [
     "UnittestJudge",
     "Verdict",
     "compare_output",
+    "harness_program",
     "values_match",
 ]

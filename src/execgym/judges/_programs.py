@@ -14,7 +14,7 @@ import sys
 from importlib import resources
 from types import CodeType
 
-from execgym.sandbox._trusted import register_trusted_program
+from execgym.sandbox import register_trusted_program
 
 
 def runner_source(name: str) -> bytes:

@@ -27,7 +27,7 @@ from execgym.judges.base import (
     tail_text,
 )
 from execgym.limits import Limits
-from execgym.sandbox._python import python_command  # noqa: F401 - re-exported for users
+from execgym.sandbox import python_command  # noqa: F401 - re-exported for users
 from execgym.sandbox.base import RunResult, Sandbox, Status
 from execgym.tasks.models import Task
 

@@ -35,9 +35,9 @@ class Verdict(enum.Enum):
     def is_masked(self) -> bool:
         """Whether this verdict carries no reward (not the rollout's fault).
 
-        Decided by :func:`execgym.masking.is_masked`, where the rule is written.
+        Decided by :func:`execgym.judges.masking.is_masked`, where the rule is written.
         """
-        from execgym.masking import is_masked
+        from execgym.judges.masking import is_masked
 
         return is_masked(self)
 
@@ -94,7 +94,7 @@ def never_started(run: RunResult, what: str) -> Judgement | None:
     Such a run never reached our harness (bwrap, setpriv or the interpreter failed, or
     the host was too slow to start it within the limits); no solution can cause it, as
     the marker precedes its code, so it is marked as an infrastructure failure
-    (:data:`execgym.masking.INFRASTRUCTURE_MARK`).
+    (:data:`execgym.judges.masking.INFRASTRUCTURE_MARK`).
     """
     if run.status is Status.SANDBOX_ERROR or run.report.startswith(START_MARKER):
         return None

@@ -44,8 +44,7 @@ from execgym.judges.languages import (
     python_program,
 )
 from execgym.limits import GiB, Limits, MiB
-from execgym.sandbox._cgroup import detect_cgroups
-from execgym.sandbox._python import python_command
+from execgym.sandbox import detect_cgroups, python_command
 from execgym.sandbox.base import Sandbox, Status
 from execgym.tasks.models import Conventions
 from execgym.toolchains import Toolchain, find_toolchain, missing_hint

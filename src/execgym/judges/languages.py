@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 from execgym.errors import TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox._python import python_command
-from execgym.sandbox._rlimits import RESERVES_ADDRESS_SPACE_ENV
+from execgym.sandbox import RESERVES_ADDRESS_SPACE_ENV, python_command
 from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import DEFAULT_CONVENTIONS, Conventions
 from execgym.toolchains import Toolchain

@@ -31,9 +31,9 @@ from typing import Any
 
 from execgym.judges._programs import harness_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
+from execgym.judges.masking import INFRASTRUCTURE_MARK
 from execgym.judges.suites import pytest_suite_problem
 from execgym.limits import Limits
-from execgym.masking import INFRASTRUCTURE_MARK
 from execgym.sandbox.base import RunResult, Sandbox
 from execgym.tasks.models import Task
 from execgym.toolchains import PYTHON_LIBRARIES_DIR, python_libraries
@@ -72,7 +72,7 @@ def rollout_files_problem(task: Task, files: dict[str, str], limits: Limits) -> 
     The rollout chooses its file names and contents, so every name that could not be
     written is the rollout's fault (``error``, reward 0), found here before any sandbox
     runs, never left to fail in the sandbox (a ``sandbox_error``, masked) or to be
-    refused as input (``invalid``, masked); see :mod:`execgym.masking`. A name must be
+    refused as input (``invalid``, masked); see :mod:`execgym.judges.masking`. A name must be
     a relative POSIX path of components other than ``""``, ``"."`` and ``".."``, in
     UTF-8 without control characters or backslashes, each component at most
     :data:`NAME_MAX_BYTES` and the whole at most :data:`PATH_MAX_BYTES`; no file may
@@ -244,7 +244,7 @@ class PytestJudge:
             )
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
         suite = task_files_problem(task, limits) or pytest_suite_problem(task.test_files)
-        if suite:  # the task's own tests: masked with the reason (execgym.masking)
+        if suite:  # the task's own tests: masked with the reason (execgym.judges.masking)
             return Judgement(
                 Verdict.INVALID, error=ErrorDetail("InvalidTask", suite), message=suite
             )
@@ -253,7 +253,7 @@ class PytestJudge:
         if problem:
             return Judgement(Verdict.FAILED, error=ErrorDetail("Refused", problem), message=problem)
         problem = rollout_files_problem(task, {task.solution_path: completion, **extra}, limits)
-        if problem:  # the rollout's names: its fault, never a mask (execgym.masking)
+        if problem:  # the rollout's names: its fault, never a mask (execgym.judges.masking)
             error = ErrorDetail("BadRolloutFiles", problem)
             return Judgement(Verdict.ERROR, error=error, message=problem)
         nonce = secrets.token_hex(16)

@@ -33,7 +33,7 @@ due, prose, invalid UTF-8) must not buy the rollout a mask. So the rule
   fault, decided from the task alone: ``invalid``, masked (as a checker that does not
   compile). A failure of the sandbox itself while running the checker, or a probe
   that runs out of time (the host's load may be to blame), is ``sandbox_error``:
-  masked, retried, never counted by a breaker (:mod:`execgym.masking`).
+  masked, retried, never counted by a breaker (:mod:`execgym.judges.masking`).
 
 A C or C++ checker may ``#include "testlib.h"``: execgym's copy (testlib 0.9.45, MIT,
 ``execgym/judges/vendor``) is placed beside it, and such a checker gets testlib's

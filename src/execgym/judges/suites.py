@@ -1,7 +1,7 @@
 """What a task's own test suite provably lacks, decided from the task alone (never run).
 
 A suite that does not compile or holds no test is the task's fault: its rollouts are
-``invalid`` (masked) with the reason, never ``error`` (see :mod:`execgym.masking`). The
+``invalid`` (masked) with the reason, never ``error`` (see :mod:`execgym.judges.masking`). The
 decision reads only the task's tests, parsed with :mod:`ast`, before any rollout runs,
 so no rollout can reach it. It is conservative: a suite is called empty only when no
 test could appear in it (no class that could be a test class, no star import, no name

@@ -165,7 +165,7 @@ class UnittestJudge:
             )
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
         suite = unittest_suite_problem(task.tests or "", TEST_CLASS)
-        if suite:  # the task's own tests: masked with the reason (execgym.masking)
+        if suite:  # the task's own tests: masked with the reason (execgym.judges.masking)
             return Judgement(
                 Verdict.INVALID, error=ErrorDetail("InvalidTask", suite), message=suite
             )

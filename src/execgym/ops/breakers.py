@@ -6,7 +6,7 @@ own function of the task): the data set (the part of the task id before the firs
 as ``stdio/cpp``), or the task id itself.
 
 Only **infrastructure failures** count (:func:`is_infrastructure_failure`, decided by
-:func:`execgym.masking.counts_toward_breaker`): a ``sandbox_error`` whose run proves
+:func:`execgym.judges.masking.counts_toward_breaker`): a ``sandbox_error`` whose run proves
 the infrastructure failed (the sandbox's own setup failure, a harness that never
 started or could not load), and a job dead-lettered because it crashed or killed its
 worker. The model's own wrong answers (``failed``, ``error``, ``timeout``,
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from execgym.errors import ConfigError
-from execgym.masking import counts_toward_breaker
+from execgym.judges.masking import counts_toward_breaker
 
 if TYPE_CHECKING:  # not imported at run time: ``execgym score`` parses --breakers early
     from execgym.judges.base import Judgement
@@ -108,7 +108,7 @@ def type_key(key: str | TaskTypeKey) -> TaskTypeKey:
 def is_infrastructure_failure(judgement: Judgement) -> bool:
     """Whether ``judgement`` proves our side failed (counted by breakers), not the model.
 
-    See :func:`execgym.masking.counts_toward_breaker`, where the rule is written.
+    See :func:`execgym.judges.masking.counts_toward_breaker`, where the rule is written.
     """
     return counts_toward_breaker(judgement)
 

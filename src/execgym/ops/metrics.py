@@ -107,7 +107,7 @@ class _BreakerCollector(Collector):
 class _EpisodeCollector(Collector):
     """The episode registry's counters, read when scraped (zeros until one is watched).
 
-    ``source`` is an :class:`execgym.server.episodes.EpisodeRegistry` (anything with
+    ``source`` is an :class:`execgym.episodes.registry.EpisodeRegistry` (anything with
     ``live``, ``reclaimed``, ``opened``, ``steps_taken``, ``finished``,
     ``final_reward_sum`` and ``final_rewards``).
     """

@@ -182,7 +182,7 @@ async def evaluate(
                 # The tool failed on this code (a RecursionError on a deep expression, a
                 # crash, a timeout). The code is the rollout's, so this is never "not
                 # applicable" (left out, which would drop a 0 from the average): 0, with
-                # the reason (see execgym.masking).
+                # the reason (see execgym.judges.masking).
                 log.warning("reward component %s failed: %r", component.kind, error)
                 measured = Measured(
                     0.0, f"{component.kind}: the code could not be analysed: {error!r}"[:300]

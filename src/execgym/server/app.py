@@ -19,15 +19,14 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
 
 from execgym._version import __version__
-from execgym.errors import ConfigError, Error, TaskError
-from execgym.integrations.episode_env import (
+from execgym.episodes.protocol import (
     EpisodeEnv,
     ShippedTasks,
     local_env_factory,
     tool_schemas,
 )
-from execgym.integrations.openenv import openenv
-from execgym.integrations.openenv_ws import openenv_info, openenv_public
+from execgym.episodes.registry import EpisodeRegistry
+from execgym.errors import ConfigError, Error, TaskError
 from execgym.ops.breakers import from_spec
 from execgym.ops.metrics import MeteredSandbox
 from execgym.sandbox import WarmPoolSandbox, create_sandbox
@@ -36,11 +35,12 @@ from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
 from execgym.scoring import ScoredRollout
 from execgym.server.capacity import BoundedSandbox, Capacity
 from execgym.server.episode_routes import EpisodeBackend, episodes
-from execgym.server.episodes import EpisodeRegistry
 from execgym.server.jobs import EmbeddedJobRunner, JobRunner
 from execgym.server.languages import Toolchains, find_toolchains
 from execgym.server.metrics import Metrics
 from execgym.server.middleware import BodyLimit, RequestMetrics
+from execgym.server.openenv import openenv
+from execgym.server.openenv_ws import openenv_info, openenv_public
 from execgym.server.routes import api, health
 from execgym.server.service import Service
 from execgym.server.settings import ServerSettings

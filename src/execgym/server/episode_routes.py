@@ -23,9 +23,9 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, HTTPException, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from execgym.episodes.protocol import TaskCatalog
+from execgym.episodes.registry import EpisodeRegistry, EpisodeView, StepOutcome
 from execgym.errors import EpisodeNotFound, EpisodeOver, TaskError
-from execgym.integrations.episode_env import TaskCatalog
-from execgym.server.episodes import EpisodeRegistry, EpisodeView, StepOutcome
 from execgym.server.routes import ERRORS, require_token
 from execgym.server.schemas import ErrorResponse
 

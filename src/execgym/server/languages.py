@@ -21,8 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from execgym.sandbox._python import python_command
-from execgym.sandbox._rlimits import RESERVES_ADDRESS_SPACE_ENV
+from execgym.sandbox import RESERVES_ADDRESS_SPACE_ENV, python_command
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from execgym.errors import TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
-from execgym.sandbox._python import python_command
+from execgym.sandbox import python_command
 from execgym.sandbox.base import RunResult, Sandbox, Status
 from execgym.server.languages import (
     LANGUAGES,

@@ -6,7 +6,9 @@ SOURCE.md (where the copy comes from, its checksum and format quirks) and LICENS
 :data:`DATASETS` maps each name to a :class:`DatasetInfo`; :func:`load_builtin` loads
 one. Loaders for record formats without a shipped copy (APPS, CodeContests, TACO,
 LiveCodeBench) are in :mod:`execgym.tasks.datasets.stdio_records` and
-:mod:`execgym.tasks.datasets.livecodebench`.
+:mod:`execgym.tasks.datasets.livecodebench`. :func:`imported_modules` and
+:func:`with_python_libraries` are how the loaders give a task that imports third-party
+modules the host's site-packages; the trainers' ground truths do the same.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from execgym.errors import TaskNotFound
-from execgym.tasks.datasets._files import Loaded
+from execgym.tasks.datasets._files import Loaded, imported_modules, with_python_libraries
 from execgym.tasks.datasets.bigcodebench import load_bigcodebench_hard
 from execgym.tasks.datasets.evalplus import load_humanevalplus, load_mbppplus
 from execgym.tasks.datasets.humaneval import load_humaneval
@@ -125,4 +127,11 @@ def load_builtin(name: str) -> Loaded:
     return info.load()
 
 
-__all__ = ["DATASETS", "DatasetInfo", "Loaded", "load_builtin"]
+__all__ = [
+    "DATASETS",
+    "DatasetInfo",
+    "Loaded",
+    "imported_modules",
+    "load_builtin",
+    "with_python_libraries",
+]

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from execgym.episodes.protocol import EnvFactory, EpisodeEnv
 from execgym.errors import CapacityExceeded, EpisodeNotFound, EpisodeOver
-from execgym.integrations.episode_env import EnvFactory, EpisodeEnv
 
 log = logging.getLogger(__name__)
 

@@ -3,10 +3,14 @@
 An episode is anything with the asynchronous Gymnasium-style interface of
 :class:`execgym.episodes.AsyncEnv`: ``await reset() -> observation``,
 ``await step(action) -> (observation, reward, terminated, truncated, info)`` and
-``await aclose()``. The adapters drive either a local one (built by
-:func:`local_env_factory`) or one behind the HTTP service
+``await aclose()``. The adapters (:mod:`execgym.integrations.trl_env`,
+:mod:`execgym.integrations.verl_tool`) and the service's routes
+(:mod:`execgym.server.episode_routes`, :mod:`execgym.server.openenv`) drive either a
+local one (built by :func:`local_env_factory`) or one behind the HTTP service
 (:class:`~execgym.integrations.episode_client.RemoteEpisodeEnv`), through the same
-:class:`EpisodeEnv` protocol.
+:class:`EpisodeEnv` protocol; :class:`~execgym.episodes.registry.EpisodeRegistry` keeps
+the live ones by id. The episode modules are imported when first used, so the service
+starts without them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from execgym.errors import ConfigError, TaskError, TaskNotFound
+from execgym.errors import TaskError, TaskNotFound
 
 StepTuple = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
 """``(observation, reward, terminated, truncated, info)``, as Gymnasium's ``step``."""
@@ -64,13 +68,8 @@ class TaskCatalog(Protocol):
 
 
 def _episodes() -> Any:
-    try:
-        import execgym.episodes as episodes
-    except ImportError as error:  # pragma: no cover - until the episode core is installed
-        raise ConfigError(
-            f"agent episodes need the execgym.episodes package ({error}); "
-            "install an execgym that ships it"
-        ) from error
+    import execgym.episodes as episodes  # on first use: the service starts without it
+
     return episodes
 
 
@@ -79,9 +78,6 @@ def local_env_factory(**options: Any) -> EnvFactory:
 
     Args:
         options: Passed to :func:`execgym.episodes.make_async` for every episode.
-
-    Raises:
-        ConfigError: if :mod:`execgym.episodes` is not installed.
     """
     episodes = _episodes()
 
@@ -92,11 +88,7 @@ def local_env_factory(**options: Any) -> EnvFactory:
 
 
 def tool_schemas() -> list[dict[str, Any]]:
-    """The episode tools in OpenAI's function-calling format (the local package's).
-
-    Raises:
-        ConfigError: if :mod:`execgym.episodes` is not installed.
-    """
+    """The episode tools in OpenAI's function-calling format."""
     return list(_episodes().tool_schemas())
 
 
