@@ -117,7 +117,7 @@ def serve(
 ) -> None:
     """Serve the HTTP API: /v1/score, /v1/run, SandboxFusion's /run_code (docs at /docs).
 
-    Other settings come from EXECGYM_SERVER_* variables (see the README). Without a
+    Other settings come from EXECGYM_SERVER_* variables (see docs/server.md). Without a
     token, only a loopback --host is allowed unless --allow-no-token is given.
     """
     try:
