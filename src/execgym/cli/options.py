@@ -128,16 +128,23 @@ def isolation_option(
     default: str | None = "bwrap",
 ) -> Decorator[Any]:
     """``--isolation``: one of :data:`execgym.sandbox.ISOLATIONS`."""
-    shown = {"show_default": True} if default is not None else {}
     return click.option(
-        "--isolation", type=click.Choice(ISOLATIONS), default=default, help=help, **shown
+        "--isolation",
+        type=click.Choice(ISOLATIONS),
+        default=default,
+        show_default=True if default is not None else None,  # None: click's own default
+        help=help,
     )
 
 
 def warm_pool_option(help: str, default: bool | None = True) -> Decorator[Any]:
     """``--warm-pool/--no-warm-pool``: fork Python runs from the warm pool (bwrap)."""
-    shown = {"show_default": True} if default is not None else {}
-    return click.option("--warm-pool/--no-warm-pool", default=default, help=help, **shown)
+    return click.option(
+        "--warm-pool/--no-warm-pool",
+        default=default,
+        show_default=True if default is not None else None,  # None: click's own default
+        help=help,
+    )
 
 
 def allow_root_option(
