@@ -19,6 +19,7 @@ never changed after it is assembled: every sandbox binds it read-only.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import json
@@ -241,7 +242,10 @@ class EnvironmentCache:
         """
         if environment.is_host:
             return {"layers": [], "source": environment.source}
-        return json.loads((self._env_dir(environment.digest) / "environment.json").read_text())
+        recorded: dict[str, Any] = json.loads(
+            (self._env_dir(environment.digest) / "environment.json").read_text()
+        )
+        return recorded
 
     def create(
         self,
@@ -381,7 +385,7 @@ class EnvironmentCache:
             _remove_tree(self._env_dir(environment.digest))
         return environment
 
-    def gc(self, *, keep_unnamed: bool = True) -> list[str]:
+    def gc(self, *, keep_unnamed: bool = True) -> builtins.list[str]:
         """Delete layers no environment uses.
 
         With ``keep_unnamed=False``, environments no name points to go first.
@@ -389,7 +393,7 @@ class EnvironmentCache:
         Returns:
             The digests deleted (environments and layers).
         """
-        removed: list[str] = []
+        removed: builtins.list[str] = []
         with self._locked():
             names = self._read_json("names.json")
             named = set(names.values())

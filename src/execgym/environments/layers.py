@@ -182,7 +182,7 @@ def unpack_layer(blob: IO[bytes], dest: Path, expected: str | None = None) -> Un
         hashing.drain()
     except (tarfile.TarError, EOFError, OSError) as error:
         real_os_error = isinstance(error, OSError) and not isinstance(error, tarfile.TarError)
-        if real_os_error and error.errno is not None:
+        if real_os_error and isinstance(error, OSError) and error.errno is not None:
             raise
         raise LayerError(f"not a readable layer tar: {error}") from error
     finally:
@@ -271,8 +271,8 @@ def apply_layer(rootfs: Path, layer: UnpackedLayer) -> None:
                 _copy_metadata(source, str(target), as_root)
             else:
                 os.link(source, target)
-    for source, target in reversed(directories):  # deepest first: mtimes stay as set
-        _copy_metadata(source, target, as_root)
+    for source_dir, target_dir in reversed(directories):  # deepest first: mtimes stay as set
+        _copy_metadata(source_dir, target_dir, as_root)
 
 
 def assemble(rootfs: Path, layers: Sequence[UnpackedLayer]) -> None:

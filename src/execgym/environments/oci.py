@@ -112,11 +112,11 @@ class _Blobs:
                     member = tar.getmember(self.prefix + name)
                 except KeyError:
                     raise ImageError(f"{self.archive} has no member {name}") from None
-                handle = tar.extractfile(member)
-                if handle is None:
+                extracted = tar.extractfile(member)
+                if extracted is None:
                     raise ImageError(f"{self.archive}: {name} is not a file")
-                with handle:
-                    yield handle  # type: ignore[misc]
+                with extracted:
+                    yield extracted
 
         return opener
 

@@ -73,7 +73,8 @@ def _bin_script() -> str:
 def _tool_name(action: Any) -> str:
     """The tool an action names, for its observation (``"?"`` if it names none)."""
     if isinstance(action, dict):
-        inner = action.get("function") if isinstance(action.get("function"), dict) else action
+        function = action.get("function")
+        inner = function if isinstance(function, dict) else action
         name = inner.get("tool", inner.get("name"))
         if isinstance(name, str):
             return name[:100]

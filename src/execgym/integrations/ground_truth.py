@@ -241,7 +241,8 @@ def humaneval_record(task_id: str, row: dict[str, Any]) -> dict[str, Any]:
     test, entry_point = row.get("test"), row.get("entry_point")
     if not isinstance(test, str) or not isinstance(entry_point, str):
         raise TaskError("a HumanEval row needs the string columns test and entry_point")
-    prompt = row.get("prompt") if isinstance(row.get("prompt"), str) else ""
+    given = row.get("prompt")
+    prompt = given if isinstance(given, str) else ""
     if "(" in entry_point:  # LeetCodeDataset: "Solution().twoSum", a method of Solution
         entry_point = entry_point.rsplit(".", 1)[-1].strip()
     third_party = [m for m in imported_modules(prompt) if m not in sys.stdlib_module_names]

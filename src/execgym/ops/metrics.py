@@ -137,7 +137,8 @@ class _EpisodeCollector(Collector):
             "Agent episodes ended, by how (terminated: the task is over; truncated: a budget).",
             labels=["end"],
         )
-        ends = value("finished") or {}
+        finished_by_end = value("finished")
+        ends = finished_by_end if isinstance(finished_by_end, dict) else {}
         for end in ("terminated", "truncated"):
             finished.add_metric([end], ends.get(end, 0))
         yield finished

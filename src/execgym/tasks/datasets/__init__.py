@@ -19,7 +19,7 @@ from functools import partial
 
 from execgym.errors import TaskNotFound
 from execgym.tasks.datasets._files import Loaded, imported_modules, with_python_libraries
-from execgym.tasks.datasets.bigcodebench import load_bigcodebench_hard
+from execgym.tasks.datasets.bigcodebench import Split, load_bigcodebench_hard
 from execgym.tasks.datasets.evalplus import load_humanevalplus, load_mbppplus
 from execgym.tasks.datasets.humaneval import load_humaneval
 from execgym.tasks.datasets.humaneval_x import load_humaneval_x
@@ -47,6 +47,10 @@ class DatasetInfo:
 
 
 _HUMANEVAL_X = "Zheng et al. 2023 (CodeGeeX), github.com/THUDM/CodeGeeX"
+_BIGCODEBENCH_SPLITS: tuple[tuple[str, Split], ...] = (
+    ("bigcodebench-hard", "complete"),
+    ("bigcodebench-hard-instruct", "instruct"),
+)
 
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
@@ -105,10 +109,7 @@ DATASETS: dict[str, DatasetInfo] = {
                 "Apache-2.0",
                 148,
             )
-            for name, split in (
-                ("bigcodebench-hard", "complete"),
-                ("bigcodebench-hard-instruct", "instruct"),
-            )
+            for name, split in _BIGCODEBENCH_SPLITS
         ),
     ]
 }
