@@ -1,5 +1,7 @@
 """Which compilers and interpreters this host has, and what the sandbox must see of them.
 
+The languages and the tools each needs are those of :data:`execgym.languages.LANGUAGES`.
+
 A toolchain under ``/usr`` (gcc, g++, javac, node, bash, Debian's go) is visible in
 every sandbox already. One elsewhere (rustup's toolchains under ``~/.rustup``, a node
 under ``/usr/local``, Java's configuration under ``/etc/java-*``) is found here and
@@ -18,6 +20,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from execgym.languages import LANGUAGES
 
 PYTHON_LIBRARIES_DIR = "/opt/execgym/site-packages"
 """Where the host environment's site-packages (pytest) appears inside the sandbox."""
@@ -80,7 +84,10 @@ def _python() -> Toolchain:
     return Toolchain("python", None, interpreter, (), _fingerprint(interpreter))
 
 
-def _simple(language: str, compiler: str | None, runner: str | None) -> Toolchain | None:
+def _simple(language: str, *, compiled: bool) -> Toolchain | None:
+    """A language with one tool (:data:`LANGUAGES`): its compiler, or its interpreter."""
+    name = LANGUAGES[language].tools[0]
+    compiler, runner = (name, None) if compiled else (None, name)
     tool = _which(compiler) if compiler else None
     run = _which(runner) if runner else None
     if (compiler and tool is None) or (runner and run is None):
@@ -125,12 +132,12 @@ def _go() -> Toolchain | None:
 
 _FINDERS = {
     "python": _python,
-    "c": lambda: _simple("c", "gcc", None),
-    "cpp": lambda: _simple("cpp", "g++", None),
+    "c": lambda: _simple("c", compiled=True),
+    "cpp": lambda: _simple("cpp", compiled=True),
     "java": _java,
-    "javascript": lambda: _simple("javascript", None, "node"),
+    "javascript": lambda: _simple("javascript", compiled=False),
     "rust": _rust,
-    "bash": lambda: _simple("bash", None, "bash"),
+    "bash": lambda: _simple("bash", compiled=False),
     "go": _go,
 }
 
@@ -146,17 +153,9 @@ def find_toolchain(language: str) -> Toolchain | None:
 
 
 def missing_hint(language: str) -> str:
-    """How to install ``language``'s toolchain on Debian or Ubuntu."""
-    packages = {
-        "c": "apt-get install gcc",
-        "cpp": "apt-get install g++",
-        "java": "apt-get install default-jdk-headless",
-        "javascript": "apt-get install nodejs",
-        "rust": "apt-get install rustc (or install rustup)",
-        "bash": "apt-get install bash",
-        "go": "apt-get install golang-go",
-    }
-    return packages.get(language, f"install a {language} toolchain")
+    """How to install ``language``'s toolchain on Debian or Ubuntu (from :data:`LANGUAGES`)."""
+    known = LANGUAGES.get(language)
+    return known.install_hint if known else f"install a {language} toolchain"
 
 
 def python_libraries() -> tuple[str, str] | None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from execgym.errors import TaskError
+from execgym.languages import LANGUAGES
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox import RESERVES_ADDRESS_SPACE_ENV, python_command
 from execgym.sandbox.base import RunResult, Sandbox
@@ -323,17 +324,15 @@ SPECS: dict[str, LanguageSpec] = {
         lambda tc, name: [_tool(tc.compiler), "build", "-o", BINARY, name],
         (BINARY,),
         env={
-            "GOCACHE": "/tmp/go-cache",
-            "GOPATH": "/tmp/go",
-            "GO111MODULE": "off",
-            "GOTOOLCHAIN": "local",
+            **LANGUAGES["go"].env,
             # Go's runtime reserves address space up front (its page summaries): where
             # no cgroup limits memory, the sandbox spares it RLIMIT_AS and samples RSS.
             RESERVES_ADDRESS_SPACE_ENV[0]: RESERVES_ADDRESS_SPACE_ENV[1],
         },
     ),
 }
-"""Every language in :data:`execgym.tasks.models.LANGUAGES`."""
+"""How the judges build each task language of :data:`execgym.languages.LANGUAGES` (whose
+rows give the tools, the install hints and the environment)."""
 
 
 KNOWN_GOOD: dict[str, str] = {

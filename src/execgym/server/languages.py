@@ -1,6 +1,7 @@
 """The languages ``/run_code`` and ``/v1/run`` accept: source file, compile and run steps.
 
-Each language names the host tools it needs; :func:`find_toolchains` looks for them once
+Each language names the host tools it needs (in the one language table,
+:data:`execgym.languages.LANGUAGES`); :func:`find_toolchains` looks for them once
 at start-up. A tool outside ``/usr`` (rustup's toolchains under ``~/.rustup``, say) is
 exposed to the sandbox read-only at the same path; a language whose tools are missing
 is *unavailable* and answered with a message saying what to install, never run.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from execgym.languages import LANGUAGES as LANGUAGE_TABLE
 from execgym.sandbox import RESERVES_ADDRESS_SPACE_ENV, python_command
 
 
@@ -44,31 +46,12 @@ class Language:
 
 
 LANGUAGES: dict[str, Language] = {
-    lang.name: lang
-    for lang in (
-        Language("python", (), "nothing: it runs on execgym's own interpreter"),
-        Language("pytest", (), "pytest in execgym's environment (`pip install pytest`)"),
-        Language("bash", ("bash",), "apt-get install bash"),
-        Language("cpp", ("g++",), "apt-get install g++"),
-        Language("nodejs", ("node",), "apt-get install nodejs", max_processes=128),
-        Language("typescript", ("tsc", "node"), "npm install -g typescript", max_processes=128),
-        Language(
-            "java",
-            ("javac", "java"),
-            "apt-get install default-jdk-headless",
-            max_processes=256,
-        ),
-        Language("rust", ("rustc", "cc"), "rustup (https://rustup.rs) or apt-get install rustc"),
-        Language(
-            "go",
-            ("go",),
-            "apt-get install golang-go",
-            max_processes=256,
-            env={"GOCACHE": "/tmp/go-cache", "GOPATH": "/tmp/go", "GO111MODULE": "off"},
-        ),
-    )
+    name: Language(name, row.tools, row.install_hint, row.max_processes, row.env)
+    for row in LANGUAGE_TABLE.values()
+    for name in row.service_names
 }
-"""Languages with a build recipe here."""
+"""Languages with a build recipe here, by their service name: the rows of the one
+language table, :data:`execgym.languages.LANGUAGES`, that name one."""
 
 SANDBOX_FUSION_LANGUAGES = (
     *LANGUAGES,

@@ -30,24 +30,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from execgym.errors import ConfigError
+from execgym.languages import LANGUAGES as _TABLE
 from execgym.limits import MAX_BYTES, MAX_COUNT, MAX_SECONDS, MIN_MEMORY_BYTES, Limits
 
-LANGUAGES = ("python", "c", "cpp", "java", "javascript", "rust", "bash", "go")
-"""Languages a task may name (whether a toolchain is present is checked when judging)."""
+LANGUAGES = tuple(name for name, language in _TABLE.items() if language.task_language)
+"""Languages a task may name (whether a toolchain is present is checked when judging);
+from the one language table, :data:`execgym.languages.LANGUAGES`."""
 
-LANGUAGE_ALIASES = {
-    "py": "python",
-    "python3": "python",
-    "c++": "cpp",
-    "cxx": "cpp",
-    "js": "javascript",
-    "node": "javascript",
-    "nodejs": "javascript",
-    "rs": "rust",
-    "sh": "bash",
-    "shell": "bash",
-    "golang": "go",
-}
+LANGUAGE_ALIASES = {alias: name for name in LANGUAGES for alias in _TABLE[name].aliases}
 """Other spellings accepted for :data:`LANGUAGES` (as in markdown fence tags)."""
 
 TEST_KINDS = ("assert", "stdio", "function_call", "pytest", "unittest")
