@@ -185,13 +185,13 @@ async def test_bc04b_unicode_output_passes_under_a_c_locale_host(sandbox, monkey
     result = await score(sandbox, "    print('café'); return a + b\n")
     assert (result.verdict, result.reward) == (Verdict.PASSED, 1.0), result.message
     assert run_of(result).stdout == "café\n".encode() * 2
-    raw = await sandbox.run(python("print('café')"), limits=FAST)
+    raw = await sandbox.run_argv(python("print('café')"), limits=FAST)
     assert (raw.status, raw.stdout) == (Status.OK, "café\n".encode())
 
 
 async def test_bc07_stdin_is_closed_after_the_input(sandbox) -> None:
     """BC-07, first case at sandbox level: input ``a\\nb\\n``, ``readlines`` ends in ms."""
-    result = await sandbox.run(
+    result = await sandbox.run_argv(
         python("import sys; print(len(sys.stdin.readlines()))"), stdin=b"a\nb\n", limits=FAST
     )
     assert (result.status, result.stdout) == (Status.OK, b"2\n")
@@ -205,7 +205,7 @@ async def test_bc07_no_input_is_eof_not_a_hang(sandbox) -> None:
     assert (result.verdict, result.reward) == (Verdict.ERROR, 0.0)
     assert error_of(result).type == "EOFError"
     assert time.monotonic() - started < 1.5
-    raw = await sandbox.run(python("x = input()"), limits=FAST)
+    raw = await sandbox.run_argv(python("x = input()"), limits=FAST)
     assert raw.status is Status.RUNTIME_ERROR
     assert b"EOFError" in raw.stderr
     assert raw.wall_time_s < 1
@@ -241,7 +241,7 @@ async def test_bc10_timeouts_kill_every_process_of_the_run(sandbox, request) -> 
     limits = Limits(wall_time_s=1, cpu_time_s=10)
     started = time.monotonic()
     results = await asyncio.gather(
-        *(sandbox.run(argv, limits=limits) for argv, _ in programs.values())
+        *(sandbox.run_argv(argv, limits=limits) for argv, _ in programs.values())
     )
     elapsed = time.monotonic() - started
     for name, result in zip(programs, results, strict=True):
@@ -337,7 +337,7 @@ async def test_bc17_fork_bomb_is_contained_and_leaves_nothing(sandbox, needs_cgr
     survives, and a concurrent neighbour sample still passes."""
     mark = marker()
     bomb, neighbour = await asyncio.gather(
-        sandbox.run(
+        sandbox.run_argv(
             python(f"# {mark}\nimport os\nwhile True:\n    os.fork()\n"),
             limits=Limits(wall_time_s=2, cpu_time_s=1, max_processes=32),
         ),
@@ -360,7 +360,7 @@ async def test_bc17_forked_busy_loops_share_one_cpu_budget(sandbox, needs_cgroup
     require(host.version == 2 or "cpuacct" in host.parents, "a cgroup measuring CPU time")
     mark = marker()
     code = f"# {mark}\nimport os\nfor _ in range(4):\n    os.fork()\nwhile True:\n    pass\n"
-    result = await sandbox.run(python(code), limits=Limits(wall_time_s=5, cpu_time_s=1))
+    result = await sandbox.run_argv(python(code), limits=Limits(wall_time_s=5, cpu_time_s=1))
     assert (result.status, result.limit_hit) == (Status.TIME_LIMIT, "cpu_time_s")
     assert result.cpu_time_s < 2  # 16 processes x 1 s each would be 16 s
     # Killed for CPU before the wall clock ran out; how much wall time 1 s of CPU takes
@@ -392,7 +392,7 @@ async def test_bc17_fork_bombs_and_fd_exhaustion_score_zero(
 async def test_bc19a_large_correct_output_under_the_cap_is_kept(sandbox) -> None:
     """BC-19(a): 3,000 lines under a cap with margin: OK, all of it, nothing truncated."""
     expected = "".join(f"{i}\n" for i in range(3000)).encode()
-    result = await sandbox.run(
+    result = await sandbox.run_argv(
         python("for i in range(3000): print(i)"),
         limits=FAST.merged(max_output_bytes=2 * len(expected)),
     )
@@ -410,7 +410,7 @@ async def test_bc19b_output_flood_is_ole_and_the_harness_survives(sandbox) -> No
     assert len(run_of(result).stdout) == 64 * 1024
     racing = await asyncio.gather(
         *(
-            sandbox.run(
+            sandbox.run_argv(
                 python(f"import sys; sys.stdout.write('x' * {64 * 1024 + 1})"), limits=limits
             )
             for _ in range(6)
@@ -430,7 +430,10 @@ async def test_bc19c_partial_output_at_a_timeout_is_reported_the_same_way(sandbo
         "import sys, time; sys.stdout.write('partial'); sys.stdout.flush(); time.sleep(100)"
     )
     runs = await asyncio.gather(
-        *(sandbox.run(argv, limits=limits) for argv in (unflushed, unflushed, flushed, flushed))
+        *(
+            sandbox.run_argv(argv, limits=limits)
+            for argv in (unflushed, unflushed, flushed, flushed)
+        )
     )
     assert {r.status for r in runs} == {Status.TIME_LIMIT}
     assert runs[0].stdout == runs[1].stdout
@@ -466,7 +469,7 @@ async def test_bc14_correct_code_passes_idle_and_beside_cpu_hogs(bwrap_sandbox) 
     idle = await score(bwrap_sandbox, completion, task=keep, limits=limits)
     assert (idle.verdict, idle.reward) == (Verdict.PASSED, 1.0)
     hogs = asyncio.create_task(
-        bwrap_sandbox.run(
+        bwrap_sandbox.run_argv(
             python("import os\nfor _ in range(3):\n    os.fork()\nwhile True: pass\n"),
             limits=Limits(wall_time_s=1.5, cpu_time_s=30),
         )
@@ -664,7 +667,7 @@ print(json.dumps({{
     "pids": sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
 }}))
 """
-    result = await bwrap_sandbox.run(python(code), limits=FAST)
+    result = await bwrap_sandbox.run_argv(python(code), limits=FAST)
     assert result.status is Status.OK, result.stderr
     assert secret.encode() not in result.stdout + result.stderr
     seen = json.loads(result.stdout)
@@ -706,7 +709,7 @@ print(json.dumps({{
 
 async def test_bc28_concurrent_samples_cannot_see_each_others_files(bwrap_sandbox) -> None:
     """BC-28: a sample's files in /work and /tmp are invisible to a concurrent sample."""
-    writer = bwrap_sandbox.run(
+    writer = bwrap_sandbox.run_argv(
         python(
             "import time\nopen('answer.txt', 'w').write('42')\nopen('/tmp/answer.txt', 'w')"
             ".write('42')\ntime.sleep(1)\n"
@@ -716,7 +719,7 @@ async def test_bc28_concurrent_samples_cannot_see_each_others_files(bwrap_sandbo
 
     async def reader():
         await asyncio.sleep(0.4)
-        return await bwrap_sandbox.run(
+        return await bwrap_sandbox.run_argv(
             python("import os; print(sorted(os.listdir('.')), sorted(os.listdir('/tmp')))"),
             limits=FAST,
         )

@@ -3,7 +3,7 @@
 >>> import asyncio
 >>> from execgym.testing import FakeSandbox, fake_result
 >>> box = FakeSandbox([fake_result()])
->>> asyncio.run(box.run(["anything"])).status.value
+>>> asyncio.run(box.run_argv(["anything"])).status.value
 'ok'
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from execgym.judges.languages import KNOWN_GOOD
-from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox.base import RunResult, Status
+from execgym.limits import Limits
+from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult, Status
 
 
 def fake_result(status: Status = Status.OK, **fields: Any) -> RunResult:
@@ -54,7 +54,7 @@ class FakeCall:
 
 
 @dataclass
-class FakeSandbox:
+class FakeSandbox(BaseSandbox):
     """A sandbox that runs nothing and returns scripted results, in order.
 
     Args:
@@ -73,18 +73,20 @@ class FakeSandbox:
     keep_calls: bool = True
     _served: int = 0
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Record the call and return the next scripted result."""
-        call = FakeCall(list(argv), stdin, dict(files or {}), limits, want_report)
+    async def run(self, request: RunRequest) -> RunResult:
+        """Record the call and return the next scripted result.
+
+        A Python request is recorded as ``python runner.py`` with the script in its
+        files.
+        """
+        request = request.as_script_file(["python", "runner.py"])
+        call = FakeCall(
+            list(request.argv),
+            request.stdin,
+            dict(request.files),
+            request.limits,
+            request.want_report,
+        )
         if not self.keep_calls:
             self.calls.clear()
         self.calls.append(call)
@@ -94,26 +96,6 @@ class FakeSandbox:
         ordered = list(scripted)
         self._served += 1
         return ordered[min(self._served, len(ordered)) - 1]
-
-    async def run_python(
-        self,
-        source: bytes,
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Record the call as ``python runner.py`` and return the next scripted result."""
-        return await self.run(
-            ["python", "runner.py"],
-            stdin=stdin,
-            files={**(files or {}), "runner.py": source},
-            limits=limits,
-            env=env,
-            want_report=want_report,
-        )
 
 
 SUM_OF_TWO = KNOWN_GOOD

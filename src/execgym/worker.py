@@ -485,9 +485,7 @@ async def run_node(worker: Worker) -> None:
             await ping()
         await serve(worker)
     finally:
-        aclose = getattr(worker.sandbox, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await worker.sandbox.aclose()
         await worker.broker.aclose()
 
 

@@ -12,28 +12,27 @@ import asyncio
 import logging
 import os
 import re
-from typing import Any
 
 from execgym.broker import BrokerSettings
 from execgym.broker.redis_streams import RedisStreamsBroker
-from execgym.sandbox.base import RunResult
+from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
 from execgym.testing import FakeSandbox, harness_pass
 from execgym.worker import Worker, WorkerSettings, serve
 
 
-class ScriptedSandbox:
+class ScriptedSandbox(BaseSandbox):
     name = "fake"
 
     def __init__(self) -> None:
         self.fake = FakeSandbox(harness_pass, keep_calls=False)
 
-    async def run_python(self, source: bytes, *, stdin: bytes = b"", **kwargs: Any) -> RunResult:
-        if b"CRASH_WORKER" in stdin:
+    async def run(self, request: RunRequest) -> RunResult:
+        if b"CRASH_WORKER" in request.stdin:
             os._exit(3)
-        match = re.search(rb"SLEEP_S=([0-9.]+)", stdin)
+        match = re.search(rb"SLEEP_S=([0-9.]+)", request.stdin)
         if match:
             await asyncio.sleep(float(match.group(1)))
-        return await self.fake.run_python(source, stdin=stdin, **kwargs)
+        return await self.fake.run(request)
 
 
 async def main() -> None:
@@ -48,7 +47,7 @@ async def main() -> None:
     broker = RedisStreamsBroker(args.url, settings, prefix=args.prefix, block_s=0.2)
     worker = Worker(
         broker,
-        ScriptedSandbox(),  # type: ignore[arg-type]
+        ScriptedSandbox(),
         WorkerSettings(concurrency=args.concurrency, max_attempts=args.max_attempts, block_s=0.2),
     )
     try:

@@ -78,7 +78,7 @@ async def test_metered_sandbox_records_active_runs_times_cpu_and_memory() -> Non
 
     clock = iter([10.0, 10.5, 20.0, 20.25])
     box = MeteredSandbox(FakeSandbox(script), metrics, clock=lambda: next(clock))  # type: ignore[arg-type]
-    await box.run(["x"])
+    await box.run_argv(["x"])
     await box.run_python(b"print(1)")
     sample = metrics.registry.get_sample_value
     assert seen_active == [1, 1]

@@ -55,7 +55,7 @@ async def test_a_fresh_sandbox_counts_processes_and_bytes_written(bwrap_sandbox)
 
 async def test_the_fresh_sandboxs_own_set_up_is_not_counted(bwrap_sandbox) -> None:
     """bwrap writes the init's binary and the run's files: none of that is the run's."""
-    result = await bwrap_sandbox.run(["true"], files={"big.txt": b"y" * 100_000})
+    result = await bwrap_sandbox.run_argv(["true"], files={"big.txt": b"y" * 100_000})
     assert result.status is Status.OK, result
     assert result.processes_started == 1
     assert result.bytes_written == (0 if AS_ROOT else None)
@@ -63,7 +63,7 @@ async def test_the_fresh_sandboxs_own_set_up_is_not_counted(bwrap_sandbox) -> No
 
 async def test_a_program_named_like_a_shell_builtin_is_the_real_program(bwrap_sandbox) -> None:
     """The init runs ``exec "$@"``: ``echo`` is /usr/bin/echo, not the shell's builtin."""
-    result = await bwrap_sandbox.run(["echo", "--version"])
+    result = await bwrap_sandbox.run_argv(["echo", "--version"])
     assert result.status is Status.OK, result
     assert b"coreutils" in result.stdout.lower() or b"gnu" in result.stdout.lower()
     assert result.processes_started == 1
@@ -72,7 +72,7 @@ async def test_a_program_named_like_a_shell_builtin_is_the_real_program(bwrap_sa
 async def test_a_missing_program_is_a_runtime_error_and_nothing_of_the_init_shows(
     bwrap_sandbox,
 ) -> None:
-    result = await bwrap_sandbox.run(["no-such-program-here"])
+    result = await bwrap_sandbox.run_argv(["no-such-program-here"])
     assert result.status is Status.RUNTIME_ERROR
     assert result.exit_code == 127
     assert b"no-such-program-here" in result.stderr
@@ -86,7 +86,7 @@ async def test_a_prestarted_sandbox_counts_the_run_not_its_trampoline(prestarted
     box = prestarted_sandbox
     for _ in range(2):
         assert await box.prestart()
-        result = await box.run(
+        result = await box.run_argv(
             [os.path.realpath(sys.executable), "-I", "-S", "runner.py"],
             files={"runner.py": KNOWN_WORK, "data/big.bin": b"z" * 50_000},
             stdin=b"some input\n" * 100,
@@ -179,7 +179,7 @@ async def test_counts_of_several_digits_are_read_whole(
     ]
     assert await prestarted_sandbox.prestart()
     results.append(
-        await prestarted_sandbox.run(
+        await prestarted_sandbox.run_argv(
             [os.path.realpath(sys.executable), "-I", "-S", "runner.py"],
             files={"runner.py": MANY_THREADS},
             stdin=stdin,
@@ -322,6 +322,6 @@ async def test_signals_to_a_prestarted_pid_1_change_nothing(prestarted_sandbox) 
 
 @pytest.mark.parametrize("how", ["kill -TERM $$", "kill -SEGV $$", "kill -KILL $$"])
 async def test_the_inits_own_messages_never_reach_the_runs_stderr(bwrap_sandbox, how) -> None:
-    result = await bwrap_sandbox.run(["sh", "-c", how])
+    result = await bwrap_sandbox.run_argv(["sh", "-c", how])
     assert result.status is Status.SIGNALED, result
     assert result.stderr == b""  # no "Terminated", "Segmentation fault", "Killed"

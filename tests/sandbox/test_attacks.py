@@ -642,7 +642,7 @@ async def test_hostile_program_is_contained(
             return sandbox.run_python(
                 script, files=files, limits=expect.limits, env=host_targets.env()
             )
-        return sandbox.run(argv, files=files, limits=expect.limits, env=host_targets.env())
+        return sandbox.run_argv(argv, files=files, limits=expect.limits, env=host_targets.env())
 
     before = HostState.capture()
     result: RunResult | None = None

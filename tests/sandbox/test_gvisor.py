@@ -24,7 +24,7 @@ async def test_runs_unprivileged_on_its_own_kernel_in_a_minimal_root(gvisor_sand
         "import os, json; print(json.dumps([os.getuid(), os.getgid(), os.getgroups(), "
         "sorted(os.listdir('/')), os.getcwd(), os.getpid(), os.uname().release]))"
     )
-    result = await gvisor_sandbox.run(python(code))
+    result = await gvisor_sandbox.run_argv(python(code))
     assert result.status is Status.OK, result.stderr
     uid, gid, groups, root, cwd, pid, release = json.loads(result.stdout)
     assert (uid, gid) == (65534, 65534)
@@ -42,7 +42,7 @@ async def test_runs_unprivileged_on_its_own_kernel_in_a_minimal_root(gvisor_sand
         "opt",  # /opt/execgym/site-packages, for the pytest judge
     }
     listing = "import json, os; print(json.dumps(os.listdir('/etc')))"
-    result = await gvisor_sandbox.run(python(listing))
+    result = await gvisor_sandbox.run_argv(python(listing))
     if result.status is Status.OK:
         assert all(name.startswith("java-") for name in json.loads(result.stdout))
 
@@ -53,7 +53,7 @@ async def test_program_has_no_capabilities_and_no_new_privs(gvisor_sandbox) -> N
         "if l.startswith(('CapEff', 'CapPrm', 'CapBnd'))])\n"
         "print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))"  # PR_GET_NO_NEW_PRIVS
     )
-    result = await gvisor_sandbox.run(python(code))
+    result = await gvisor_sandbox.run_argv(python(code))
     assert result.status is Status.OK, result.stderr
     caps, no_new_privs = result.stdout.splitlines()
     assert caps == str(["0000000000000000"] * 3).encode()
@@ -62,24 +62,24 @@ async def test_program_has_no_capabilities_and_no_new_privs(gvisor_sandbox) -> N
 
 async def test_host_environment_is_invisible(gvisor_sandbox, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
-    result = await gvisor_sandbox.run(
+    result = await gvisor_sandbox.run_argv(
         python("import os; print(sorted(os.environ))"), env={"ASKED_FOR": "1"}
     )
     assert b"OPENAI_API_KEY" not in result.stdout
     assert b"ASKED_FOR" in result.stdout
-    result = await gvisor_sandbox.run(python("print(open('/proc/1/environ','rb').read())"))
+    result = await gvisor_sandbox.run_argv(python("print(open('/proc/1/environ','rb').read())"))
     assert b"sk-test-secret" not in result.stdout + result.stderr
 
 
 async def test_host_files_are_invisible(gvisor_sandbox) -> None:
     checkout = Path(__file__).resolve().parents[2]
     for path in ("/etc/shadow", "/etc/passwd", str(checkout / "pyproject.toml"), "/root/.bashrc"):
-        result = await gvisor_sandbox.run(python(f"print(open({path!r}).read())"))
+        result = await gvisor_sandbox.run_argv(python(f"print(open({path!r}).read())"))
         assert result.status is Status.RUNTIME_ERROR, path
         assert b"FileNotFoundError" in result.stderr, path
     # What is there from the host (/usr, the interpreter's prefix) is read-only.
     code = "print([line.split()[1] for line in open('/proc/self/mounts') if ' ro,' in line])"
-    result = await gvisor_sandbox.run(python(code))
+    result = await gvisor_sandbox.run_argv(python(code))
     read_only = result.stdout.decode()
     assert "'/'" in read_only
     assert "'/usr'" in read_only
@@ -98,7 +98,7 @@ async def test_network_is_unreachable_even_the_hosts_loopback(gvisor_sandbox, ne
             "    except OSError as e:\n        print('failed', e)\n"
             "print(os.listdir('/sys/class/net'))\n"
         )
-        result = await gvisor_sandbox.run(python(code), limits=Limits(network=network))
+        result = await gvisor_sandbox.run_argv(python(code), limits=Limits(network=network))
         server.setblocking(False)
         with pytest.raises(BlockingIOError):  # nothing ever connected to the host's port
             server.accept()
@@ -116,9 +116,9 @@ async def test_loopback_network_is_the_sandboxs_own(gvisor_sandbox) -> None:
         "client = socket.create_connection(server.getsockname(), 2)\n"
         "peer, _ = server.accept(); client.sendall(b'ping'); print(peer.recv(4))\n"
     )
-    result = await gvisor_sandbox.run(python(code), limits=Limits(network="loopback"))
+    result = await gvisor_sandbox.run_argv(python(code), limits=Limits(network="loopback"))
     assert (result.status, result.stdout) == (Status.OK, b"b'ping'\n"), result.stderr
-    result = await gvisor_sandbox.run(python(code))  # network="none": no Internet sockets
+    result = await gvisor_sandbox.run_argv(python(code))  # network="none": no Internet sockets
     assert result.status is Status.RUNTIME_ERROR
     assert b"PermissionError" in result.stderr
 
@@ -135,7 +135,7 @@ async def test_seccomp_refuses_namespaces_mounts_and_negative_nice(gvisor_sandbo
         "thread.start(); thread.join()\n"
         "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nprint(os.waitpid(pid, 0)[1] >> 8)\n"
     )
-    result = await gvisor_sandbox.run(python(code))
+    result = await gvisor_sandbox.run_argv(python(code))
     assert result.status is Status.OK, result.stderr
     assert result.stdout == b"1 1 1\nno negative nice\nthreads work\n7\n"
 
@@ -155,7 +155,7 @@ async def test_nothing_is_left_behind_after_a_timeout(gvisor_sandbox, monkeypatc
         "subprocess.Popen(['/usr/bin/sleep', '300'], start_new_session=True)\n"
         "os.write(3, b'started')\ntime.sleep(300)\n"
     )
-    result = await gvisor_sandbox.run(
+    result = await gvisor_sandbox.run_argv(
         python(code), files={"data/x.txt": b"x"}, want_report=True, limits=Limits(wall_time_s=2)
     )
     assert result.status is Status.TIME_LIMIT
@@ -182,20 +182,20 @@ async def test_max_processes_counts_the_runs_own_processes(gvisor_sandbox) -> No
         "        t.start(); threads.append(t)\nexcept RuntimeError:\n    pass\n"
         "print(len(threads))\n"
     )
-    result = await gvisor_sandbox.run(python(code), limits=Limits(max_processes=16))
+    result = await gvisor_sandbox.run_argv(python(code), limits=Limits(max_processes=16))
     assert result.status is Status.OK, result.stderr
     assert result.stdout == b"15\n"  # 16 tasks: the main thread and 15 more
     assert result.enforcement["max_processes"].startswith("rlimit-nproc in the gVisor kernel")
 
 
 async def test_memory_limit_includes_gvisors_own_overhead(gvisor_sandbox, needs_cgroup) -> None:
-    result = await gvisor_sandbox.run(python("pass"))
+    result = await gvisor_sandbox.run_argv(python("pass"))
     assert result.peak_memory_bytes is not None
     # The Sentry, Gofer and runsc count too: more than a bare interpreter, far below 64 MiB.
     assert 8 * MiB < result.peak_memory_bytes < 64 * MiB
     assert "gVisor's own" in result.enforcement["memory_bytes"]
     code = "x = bytearray(150 * 1024 * 1024); print(len(x))"
-    result = await gvisor_sandbox.run(python(code), limits=Limits(memory_bytes=256 * MiB))
+    result = await gvisor_sandbox.run_argv(python(code), limits=Limits(memory_bytes=256 * MiB))
     assert result.status is Status.OK, result
 
 
@@ -203,7 +203,7 @@ async def test_without_a_cgroup_memory_is_an_rlimit_in_the_gvisor_kernel(
     gvisor_sandbox, no_cgroups
 ) -> None:
     code = "x = bytearray(1024 ** 3)"
-    result = await gvisor_sandbox.run(python(code), limits=Limits(memory_bytes=256 * MiB))
+    result = await gvisor_sandbox.run_argv(python(code), limits=Limits(memory_bytes=256 * MiB))
     # The kernel refused the memory: a memory verdict, inferred from the MemoryError.
     assert (result.status, result.limit_hit) == (Status.MEMORY_LIMIT, "memory_bytes"), result
     assert b"MemoryError" in result.stderr
@@ -212,9 +212,11 @@ async def test_without_a_cgroup_memory_is_an_rlimit_in_the_gvisor_kernel(
 
 
 async def test_work_dir_is_private_per_run_and_limited_by_tmpfs_size(gvisor_sandbox) -> None:
-    first = await gvisor_sandbox.run(python("open('/tmp/left', 'w').write('x'); open('kept','w')"))
+    first = await gvisor_sandbox.run_argv(
+        python("open('/tmp/left', 'w').write('x'); open('kept','w')")
+    )
     assert first.status is Status.OK, first.stderr
-    second = await gvisor_sandbox.run(
+    second = await gvisor_sandbox.run_argv(
         python("import os; print(os.listdir('.'), os.listdir('/tmp'))")
     )
     assert second.stdout == b"[] []\n"
@@ -222,7 +224,7 @@ async def test_work_dir_is_private_per_run_and_limited_by_tmpfs_size(gvisor_sand
         "f = open('big', 'wb')\ntry:\n    while True: f.write(b'x' * 1048576); f.flush()\n"
         "except OSError as e:\n    print(e.errno)\n"
     )
-    result = await gvisor_sandbox.run(
+    result = await gvisor_sandbox.run_argv(
         python(code), limits=Limits(disk_bytes=8 * MiB, max_file_bytes=64 * MiB)
     )
     assert result.status is Status.OK, result
@@ -234,7 +236,9 @@ async def test_files_are_the_programs_own_to_change(gvisor_sandbox) -> None:
         "import os\nopen('d/a.txt', 'a').write('+')\n"
         "print(open('d/a.txt').read(), sorted(os.listdir('d')))"
     )
-    result = await gvisor_sandbox.run(python(code), files={"d/a.txt": b"a", "d/b.bin": b"\x00"})
+    result = await gvisor_sandbox.run_argv(
+        python(code), files={"d/a.txt": b"a", "d/b.bin": b"\x00"}
+    )
     assert result.status is Status.OK, result.stderr
     assert result.stdout == b"a+ ['a.txt', 'b.bin']\n"
 
@@ -243,7 +247,7 @@ async def test_a_large_report_write_arrives_whole(gvisor_sandbox) -> None:
     # gVisor cuts short a write to a full host FIFO (Linux would block); the report
     # FIFO's 1 MiB buffer keeps any single write up to that size whole.
     code = "import os; print(os.write(3, b'r' * (1024 * 1024)))"
-    result = await gvisor_sandbox.run(python(code), want_report=True)
+    result = await gvisor_sandbox.run_argv(python(code), want_report=True)
     assert result.stdout == b"1048576\n"
     assert len(result.report) == 1024 * 1024
 

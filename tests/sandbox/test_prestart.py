@@ -56,7 +56,7 @@ async def test_limits_and_clocks_are_the_runs_own(
     then: the waiting interpreter's start-up is not charged to the run."""
     limits = Limits(wall_time_s=5, cpu_time_s=1, memory_bytes=64 * MiB)
     assert await prestarted_sandbox.prestart(limits)
-    quick = await prestarted_sandbox.run(["/bin/true"], limits=limits)
+    quick = await prestarted_sandbox.run_argv(["/bin/true"], limits=limits)
     assert quick.enforcement["start"] == PRESTARTED
     assert quick.status is Status.OK
     assert quick.cpu_time_s < 0.01  # /bin/true: the trampoline's ~15 ms are not counted
@@ -82,7 +82,7 @@ async def test_report_channel_only_when_asked_and_missing_programs(
     assert not_asked.status is Status.RUNTIME_ERROR
     assert b"Bad file descriptor" in not_asked.stderr
     assert await prestarted_sandbox.prestart()
-    missing = await prestarted_sandbox.run(["no-such-program"])
+    missing = await prestarted_sandbox.run_argv(["no-such-program"])
     assert (missing.status, missing.exit_code) == (Status.RUNTIME_ERROR, 127)
     assert b"cannot execute 'no-such-program'" in missing.stderr
 

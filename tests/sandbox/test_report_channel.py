@@ -126,7 +126,7 @@ async def test_a_harness_child_cannot_reach_the_channel_or_the_job(gvisor_sandbo
     """What gVisor's ``/proc`` does not hide from a non-dumpable process's children (its
     ``fd/``, ``environ``, ``cmdline``) holds neither the channel nor the job's secret."""
     argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", HARNESS]
-    result = await gvisor_sandbox.run(argv, stdin=b"SECRET-NONCE", want_report=True)
+    result = await gvisor_sandbox.run_argv(argv, stdin=b"SECRET-NONCE", want_report=True)
     assert result.status is Status.OK, (result.stdout, result.stderr)
     assert b"ESCAPED" not in result.stdout, result.stdout
     assert result.stdout.count(b"refused") == 4, result.stdout  # 3 writes, fd/0
@@ -147,7 +147,7 @@ async def test_gvisor_run_with_a_report_keeps_exit_codes_signals_and_files(
     )
     argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", code]
     for exit_code in (0, 7):
-        result = await gvisor_sandbox.run(
+        result = await gvisor_sandbox.run_argv(
             argv,
             stdin=b"in",
             files={"d/f": b"file"},
@@ -164,6 +164,6 @@ async def test_gvisor_run_with_a_report_keeps_exit_codes_signals_and_files(
         "-c",
         "import os; os.kill(os.getpid(), 9)",
     ]
-    killed = await gvisor_sandbox.run(killer, want_report=True)
+    killed = await gvisor_sandbox.run_argv(killer, want_report=True)
     assert killed.status is Status.SIGNALED, killed
     assert killed.signal == 9

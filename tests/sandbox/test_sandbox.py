@@ -33,7 +33,9 @@ from tests.conftest import (
 
 
 async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
-    result = await sandbox.run(python("import sys; print('out'); print('err', file=sys.stderr)"))
+    result = await sandbox.run_argv(
+        python("import sys; print('out'); print('err', file=sys.stderr)")
+    )
     assert result.status is Status.OK
     assert result.exit_code == 0
     assert result.stdout == b"out\n"
@@ -46,7 +48,7 @@ async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
 
 
 async def test_nonzero_exit_is_a_runtime_error(sandbox) -> None:
-    result = await sandbox.run(python("raise SystemExit(3)"))
+    result = await sandbox.run_argv(python("raise SystemExit(3)"))
     assert result.status is Status.RUNTIME_ERROR
     assert result.exit_code == 3
 
@@ -56,7 +58,7 @@ async def test_files_stdin_and_report_channel(sandbox) -> None:
         "import os, sys; data = open('dir/in.txt').read(); "
         "os.write(3, b'report:' + sys.stdin.buffer.read()); print(data)"
     )
-    result = await sandbox.run(
+    result = await sandbox.run_argv(
         python(code), stdin=b"from stdin", files={"dir/in.txt": b"hello"}, want_report=True
     )
     assert result.status is Status.OK, result.stderr
@@ -65,7 +67,7 @@ async def test_files_stdin_and_report_channel(sandbox) -> None:
 
 
 async def test_empty_stdin_is_dev_null(sandbox) -> None:
-    result = await sandbox.run(python("input()"), limits=Limits(wall_time_s=5))
+    result = await sandbox.run_argv(python("input()"), limits=Limits(wall_time_s=5))
     assert result.status is Status.RUNTIME_ERROR
     assert b"EOFError" in result.stderr
     assert result.wall_time_s < 2
@@ -74,7 +76,7 @@ async def test_empty_stdin_is_dev_null(sandbox) -> None:
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "", "a\\b", "a\x00b"])
 async def test_file_names_cannot_escape_the_work_dir(sandbox, name: str) -> None:
     with pytest.raises(TaskError, match="file name"):
-        await sandbox.run(python("pass"), files={name: b"x"})
+        await sandbox.run_argv(python("pass"), files={name: b"x"})
 
 
 async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> None:
@@ -88,7 +90,7 @@ async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> Non
         f"os.execv('/usr/bin/sleep', ['{marker}', '300'])\n"
     )
     started = time.monotonic()
-    result = await sandbox.run(python(code), limits=Limits(wall_time_s=1))
+    result = await sandbox.run_argv(python(code), limits=Limits(wall_time_s=1))
     assert time.monotonic() - started < 1 + 1
     assert result.status is Status.TIME_LIMIT
     assert result.limit_hit == "wall_time_s"
@@ -96,7 +98,7 @@ async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> Non
 
 
 async def test_busy_loop_is_a_time_limit(sandbox) -> None:
-    result = await sandbox.run(python("while True: pass"), limits=Limits(wall_time_s=1))
+    result = await sandbox.run_argv(python("while True: pass"), limits=Limits(wall_time_s=1))
     assert result.status is Status.TIME_LIMIT
     # CPU time is measured, not zero; how much of 1 s of wall time a busy loop gets
     # depends on the machine's load, so no more than that is asserted.
@@ -105,7 +107,9 @@ async def test_busy_loop_is_a_time_limit(sandbox) -> None:
 
 async def test_output_flood_is_cut_and_reported(sandbox) -> None:
     code = "import sys\nwhile True: sys.stdout.write('x' * 65536)"
-    result = await sandbox.run(python(code), limits=Limits(max_output_bytes=100_000, wall_time_s=5))
+    result = await sandbox.run_argv(
+        python(code), limits=Limits(max_output_bytes=100_000, wall_time_s=5)
+    )
     assert result.status is Status.OUTPUT_LIMIT
     assert result.limit_hit == "max_output_bytes"
     assert len(result.stdout) == 100_000
@@ -113,14 +117,16 @@ async def test_output_flood_is_cut_and_reported(sandbox) -> None:
 
 
 async def test_binary_and_invalid_utf8_output_is_kept_as_bytes(sandbox) -> None:
-    result = await sandbox.run(python("import sys; sys.stdout.buffer.write(b'ok\\n\\xff\\x00')"))
+    result = await sandbox.run_argv(
+        python("import sys; sys.stdout.buffer.write(b'ok\\n\\xff\\x00')")
+    )
     assert result.status is Status.OK
     assert result.stdout == b"ok\n\xff\x00"
 
 
 async def test_memory_limit_is_enforced_by_cgroup(sandbox, needs_cgroup) -> None:
     code = "x = bytearray(2 * 1024 ** 3)\nprint(len(x))"
-    result = await sandbox.run(python(code), limits=Limits(memory_bytes=256 * MiB))
+    result = await sandbox.run_argv(python(code), limits=Limits(memory_bytes=256 * MiB))
     assert result.status is Status.MEMORY_LIMIT
     assert result.limit_hit == "memory_bytes"
     assert result.enforcement["memory_bytes"].startswith("cgroup-v")
@@ -133,7 +139,7 @@ async def test_fork_bomb_is_contained_by_the_process_limit(sandbox) -> None:
         "            import time; time.sleep(30)\n        n += 1\n"
         "except OSError:\n    print('stopped at', n)\n"
     )
-    result = await sandbox.run(python(code), limits=Limits(max_processes=16, wall_time_s=5))
+    result = await sandbox.run_argv(python(code), limits=Limits(max_processes=16, wall_time_s=5))
     assert result.status is Status.OK, result
     assert int(result.stdout.split()[-1]) < 16
 
@@ -145,14 +151,14 @@ async def test_no_cgroup_or_process_survives_a_run(sandbox, needs_cgroup) -> Non
         f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
         "start_new_session=True)\n"
     )
-    result = await sandbox.run(python(code))
+    result = await sandbox.run_argv(python(code))
     assert result.status is Status.OK
     assert processes_with(marker) == []
     assert run_cgroups() == []
 
 
 async def test_every_result_says_how_limits_were_enforced(sandbox) -> None:
-    result = await sandbox.run(python("pass"))
+    result = await sandbox.run_argv(python("pass"))
     for name in (
         "wall_time_s",
         "cpu_time_s",
@@ -174,7 +180,7 @@ async def test_bwrap_runs_unprivileged_in_a_minimal_root(bwrap_sandbox) -> None:
         "sorted(os.listdir('/')), os.getcwd(), os.getpid(), "
         "sorted(os.listdir('/etc')) if os.path.isdir('/etc') else []]))"
     )
-    result = await bwrap_sandbox.run(python(code))
+    result = await bwrap_sandbox.run_argv(python(code))
     assert result.status is Status.OK, result.stderr
     import json
 
@@ -190,26 +196,26 @@ async def test_bwrap_runs_unprivileged_in_a_minimal_root(bwrap_sandbox) -> None:
 
 async def test_bwrap_program_has_no_capabilities(bwrap_sandbox) -> None:
     code = "print([l for l in open('/proc/self/status') if l.startswith(('CapEff', 'NoNewPrivs'))])"
-    result = await bwrap_sandbox.run(python(code))
+    result = await bwrap_sandbox.run_argv(python(code))
     assert b"CapEff:\\t0000000000000000" in result.stdout
     assert b"NoNewPrivs:\\t1" in result.stdout
 
 
 async def test_bwrap_hides_the_host_environment(bwrap_sandbox, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
-    result = await bwrap_sandbox.run(
+    result = await bwrap_sandbox.run_argv(
         python("import os; print(sorted(os.environ))"), env={"ASKED_FOR": "1"}
     )
     assert b"OPENAI_API_KEY" not in result.stdout
     assert b"ASKED_FOR" in result.stdout
-    result = await bwrap_sandbox.run(python("print(open('/proc/1/environ','rb').read())"))
+    result = await bwrap_sandbox.run_argv(python("print(open('/proc/1/environ','rb').read())"))
     assert b"sk-test-secret" not in result.stdout + result.stderr
 
 
 async def test_bwrap_cannot_read_host_files(bwrap_sandbox) -> None:
     checkout = Path(__file__).resolve().parents[2]
     for path in ("/etc/shadow", "/etc/passwd", str(checkout / "pyproject.toml"), "/root/.bashrc"):
-        result = await bwrap_sandbox.run(python(f"print(open({path!r}).read())"))
+        result = await bwrap_sandbox.run_argv(python(f"print(open({path!r}).read())"))
         assert result.status is Status.RUNTIME_ERROR, path
         assert b"Error" in result.stderr
 
@@ -232,7 +238,7 @@ async def test_bwrap_cannot_reach_a_server_on_the_hosts_loopback(bwrap_sandbox) 
         f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
         "    print('connected')\nexcept OSError as e:\n    print('refused', e)\n"
     )
-    result = await bwrap_sandbox.run(python(code))
+    result = await bwrap_sandbox.run_argv(python(code))
     thread.join(4)
     server.close()
     assert b"refused" in result.stdout
@@ -240,10 +246,12 @@ async def test_bwrap_cannot_reach_a_server_on_the_hosts_loopback(bwrap_sandbox) 
 
 
 async def test_bwrap_work_dir_is_private_per_run(bwrap_sandbox) -> None:
-    first = await bwrap_sandbox.run(python("open('/tmp/left', 'w').write('x'); open('kept','w')"))
+    first = await bwrap_sandbox.run_argv(
+        python("open('/tmp/left', 'w').write('x'); open('kept','w')")
+    )
     assert first.status is Status.OK
     listing = "import os; print(os.listdir('.'), os.listdir('/tmp'))"
-    second = await bwrap_sandbox.run(python(listing))
+    second = await bwrap_sandbox.run_argv(python(listing))
     assert second.stdout == b"[] []\n"
 
 
@@ -258,7 +266,7 @@ async def test_bwrap_writable_places_are_only_the_size_limited_ones(bwrap_sandbo
         "    except OSError as error:\n"
         "        print(errno.errorcode[error.errno], path)\n"
     )
-    result = await bwrap_sandbox.run(python(code))
+    result = await bwrap_sandbox.run_argv(python(code))
     assert result.stdout.decode().splitlines() == [
         "EROFS /planted",
         "EROFS /dev/planted",
@@ -272,7 +280,7 @@ async def test_bwrap_disk_is_limited_by_tmpfs_size(bwrap_sandbox) -> None:
         "f = open('big', 'wb')\ntry:\n    while True: f.write(b'x' * 1048576); f.flush()\n"
         "except OSError as e:\n    print(e.errno)\n"
     )
-    result = await bwrap_sandbox.run(
+    result = await bwrap_sandbox.run_argv(
         python(code), limits=Limits(disk_bytes=8 * MiB, max_file_bytes=64 * MiB)
     )
     assert result.status is Status.OK, result
@@ -291,7 +299,7 @@ def test_unknown_isolation_is_a_config_error() -> None:
 
 
 async def test_none_backend_marks_results_unisolated(none_sandbox, caplog) -> None:
-    result = await none_sandbox.run(python("print(1)"))
+    result = await none_sandbox.run_argv(python("print(1)"))
     assert result.isolation == "none"
     assert result.enforcement["network"].startswith("not enforced")
 
@@ -302,7 +310,7 @@ async def test_the_cgroup_is_removed_even_when_we_fail(sandbox, needs_cgroup, mo
 
     monkeypatch.setattr("execgym.sandbox._run.run_process", broken)
     with pytest.raises(RuntimeError):
-        await sandbox.run(python("pass"))
+        await sandbox.run_argv(python("pass"))
     assert run_cgroups() == []
 
 
@@ -404,7 +412,7 @@ async def test_bwrap_seccomp_refuses_dangerous_syscalls(bwrap_sandbox) -> None:
 
     if platform.machine() != "x86_64":
         pytest.skip("the probe uses x86_64 system-call numbers")
-    result = await bwrap_sandbox.run(python(SYSCALL_PROBE))
+    result = await bwrap_sandbox.run_argv(python(SYSCALL_PROBE))
     assert result.status is Status.OK, result.stderr
     for line in result.stdout.decode().splitlines():
         _name, value, error = line.split()
@@ -419,10 +427,10 @@ async def test_bwrap_network_none_refuses_internet_sockets_loopback_allows_them(
         "import socket\nserver = socket.create_server(('127.0.0.1', 0))\n"
         "client = socket.create_connection(server.getsockname(), 1)\nprint('loopback ok')\n"
     )
-    closed = await bwrap_sandbox.run(python(code))
+    closed = await bwrap_sandbox.run_argv(python(code))
     assert closed.status is Status.RUNTIME_ERROR
     assert b"PermissionError" in closed.stderr
-    open_ = await bwrap_sandbox.run(python(code), limits=Limits(network="loopback"))
+    open_ = await bwrap_sandbox.run_argv(python(code), limits=Limits(network="loopback"))
     assert open_.stdout == b"loopback ok\n", open_.stderr
 
 
@@ -536,7 +544,7 @@ async def test_without_a_cgroup_the_trees_resident_memory_is_sampled_and_enforce
     # they hold 360 MiB, and the sampled total of the tree is what stops them.
     sandbox = request.getfixturevalue(f"{name}_sandbox")
     limits = Limits(memory_bytes=256 * MiB, wall_time_s=10, max_processes=16)
-    result = await sandbox.run(python(TREE_HOG), limits=limits)
+    result = await sandbox.run_argv(python(TREE_HOG), limits=limits)
     assert (result.status, result.limit_hit) == (Status.MEMORY_LIMIT, "memory_bytes"), result
     assert result.wall_time_s < 8, result
     assert result.peak_memory_bytes > 256 * MiB, result
@@ -553,7 +561,7 @@ async def test_without_a_cgroup_a_jvm_or_v8_runs_without_an_address_space_limit(
     node = shutil.which("node") or shutil.which("nodejs")
     require(node is not None, "Node.js (apt-get install nodejs)")
     argv = [os.path.realpath(node), "-e", "console.log(Array(1000).fill(7).length)"]
-    result = await bwrap_sandbox.run(argv, limits=Limits(memory_bytes=256 * MiB))
+    result = await bwrap_sandbox.run_argv(argv, limits=Limits(memory_bytes=256 * MiB))
     assert (result.status, result.stdout) == (Status.OK, b"1000\n"), result
     how = result.enforcement["memory_bytes"]
     assert how.startswith("whole tree's resident memory sampled"), how
@@ -605,7 +613,7 @@ async def test_without_a_cgroup_run_returns_only_once_its_pid_namespace_is_empty
     for attempt in range(20):
         marker = f"execgym-daemon-{uuid.uuid4().hex}"
         argv = [*python(DAEMON), marker]
-        result = await bwrap_sandbox.run(argv, limits=Limits(wall_time_s=5))
+        result = await bwrap_sandbox.run_argv(argv, limits=Limits(wall_time_s=5))
         assert result.status is Status.OK, result
         assert processes_with(marker) == [], f"attempt {attempt}: a daemon outlived its run"
 
@@ -613,13 +621,13 @@ async def test_without_a_cgroup_run_returns_only_once_its_pid_namespace_is_empty
 async def test_a_command_too_big_to_exec_is_the_callers_error(sandbox) -> None:
     """E2BIG is the caller's input, not a sandbox failure: a TaskError naming the word."""
     with pytest.raises(TaskError, match=r"argv\[2\] is 200001 bytes.*file or on stdin"):
-        await sandbox.run(["echo", "x", "y" * 200_000])
+        await sandbox.run_argv(["echo", "x", "y" * 200_000])
     with pytest.raises(TaskError, match=r"env\[\d+\] is \d+ bytes"):
-        await sandbox.run(["true"], env={"BIG": "z" * 200_000})
+        await sandbox.run_argv(["true"], env={"BIG": "z" * 200_000})
     many = ["w" * 100_000] * 30  # each word fits; together they pass ARG_MAX
     with pytest.raises(TaskError, match="ARG_MAX"):
-        await sandbox.run(["echo", *many])
-    result = await sandbox.run(["echo", "y" * 100_000])  # big but fine
+        await sandbox.run_argv(["echo", *many])
+    result = await sandbox.run_argv(["echo", "y" * 100_000])  # big but fine
     assert result.status is Status.OK
     assert len(result.stdout) == 100_001
 
@@ -628,7 +636,7 @@ async def test_the_hosts_inheritable_descriptors_never_reach_the_program(
     sandbox, inheritable_host_pipe
 ) -> None:
     """A host pipe execgym did not open (inherited from whoever started it) stays out."""
-    result = await sandbox.run(python(LIST_FDS))
+    result = await sandbox.run_argv(python(LIST_FDS))
     assert result.status is Status.OK, result
     # 0-2, and the descriptor the listing itself holds open (the lowest free one: 3)
     assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout
@@ -636,7 +644,7 @@ async def test_the_hosts_inheritable_descriptors_never_reach_the_program(
 
 async def test_a_missing_program_is_exit_127_on_every_tier(sandbox) -> None:
     """The program's failure (it is not there), as a shell would say, never ours."""
-    result = await sandbox.run(["no-such-program-anywhere", "x"])
+    result = await sandbox.run_argv(["no-such-program-anywhere", "x"])
     assert result.status is Status.RUNTIME_ERROR, result
     if sandbox.name != "gvisor":  # runsc says 128 (and names the program too)
         assert result.exit_code == 127, result
@@ -644,5 +652,5 @@ async def test_a_missing_program_is_exit_127_on_every_tier(sandbox) -> None:
 
 
 async def test_the_unisolated_environment_has_nothing_of_the_hosts(none_sandbox) -> None:
-    result = await none_sandbox.run(python("import os; print(sorted(os.environ))"))
+    result = await none_sandbox.run_argv(python("import os; print(sorted(os.environ))"))
     assert "OLDPWD" not in json.loads(result.stdout.replace(b"'", b'"')), result.stdout

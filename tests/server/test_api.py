@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from execgym.errors import ConfigError
-from execgym.sandbox import Status
+from execgym.sandbox import RunRequest, RunResult, Status
 from execgym.server import ServerSettings
 from execgym.server.languages import Toolchains
 from execgym.testing import FakeCall, FakeSandbox, fake_result
@@ -218,8 +218,8 @@ async def test_full_capacity_is_429_with_retry_after() -> None:
         return fake_result(stdout=b"done\n")
 
     class Blocking(FakeSandbox):
-        async def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
-            self.calls.append(FakeCall(list(argv), b"", {}, kwargs["limits"], False))
+        async def run(self, request: RunRequest) -> RunResult:
+            self.calls.append(FakeCall(list(request.argv), b"", {}, request.limits, False))
             return await blocked(self.calls[-1])
 
     settings = ServerSettings(max_in_flight=1, workers=1)
@@ -434,7 +434,7 @@ async def test_our_errors_map_by_kind() -> None:
     class Failing(FakeSandbox):
         error: Exception = SandboxUnavailable("bwrap vanished")
 
-        async def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
+        async def run(self, request: RunRequest) -> RunResult:
             raise self.error
 
     sandbox = Failing([])

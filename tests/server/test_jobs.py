@@ -8,7 +8,7 @@ import pytest
 
 from execgym.errors import CapacityExceeded
 from execgym.limits import Limits
-from execgym.sandbox.base import Sandbox
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox
 from execgym.server import ServerSettings
 from execgym.server.capacity import BoundedSandbox, Capacity
 from execgym.server.jobs import Batch, EmbeddedJobRunner, JobView
@@ -74,7 +74,7 @@ async def test_stopping_fails_running_jobs_and_frees_capacity() -> None:
     never = asyncio.Event()
 
     class Stuck(FakeSandbox):
-        async def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
+        async def run(self, request: RunRequest) -> RunResult:
             await never.wait()
             raise AssertionError("unreachable")
 
@@ -95,7 +95,7 @@ async def test_bounded_sandbox_runs_at_most_workers_at_once() -> None:
     most = 0
 
     class Slow(FakeSandbox):
-        async def run(self, argv, **kwargs):  # type: ignore[no-untyped-def, override]
+        async def run(self, request: RunRequest) -> RunResult:
             nonlocal running, most
             running += 1
             most = max(most, running)
@@ -104,7 +104,7 @@ async def test_bounded_sandbox_runs_at_most_workers_at_once() -> None:
             return fake_result()
 
     bounded = BoundedSandbox(Slow([]), workers=3)
-    await asyncio.gather(*(bounded.run(["x"]) for _ in range(12)))
+    await asyncio.gather(*(bounded.run_argv(["x"]) for _ in range(12)))
     assert most == 3
 
 

@@ -21,12 +21,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from execgym.broker.base import Broker
 from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.errors import BrokerError, BrokerUnavailable, JobsLost
 from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
 from execgym.scoring import ScoredRollout, Scorer
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Task
@@ -302,15 +302,13 @@ async def score_jobs(
                     await task
 
 
-class _NothingRuns:
+class _NothingRuns(BaseSandbox):
     """The sandbox handed to the scorer for items that cannot be sent: never called."""
 
     name = "remote"
 
-    async def run(self, *args: Any, **kwargs: Any) -> Any:
+    async def run(self, request: RunRequest) -> RunResult:
         raise AssertionError("an item scored locally must not run")
-
-    run_python = run
 
 
 async def score_rollouts(
@@ -328,7 +326,7 @@ async def score_rollouts(
     first (or in their place, when ``ordered``).
     """
     jobs, local = make_jobs(tasks, items, limits)
-    scorer = Scorer(dict(tasks), _NothingRuns(), limits, skipped_tasks=skipped_tasks)  # type: ignore[arg-type]
+    scorer = Scorer(dict(tasks), _NothingRuns(), limits, skipped_tasks=skipped_tasks)
     invalid = sorted([await scorer.score_one(item) for item in local], key=lambda r: r.index)
     if not ordered:
         for scored in invalid:

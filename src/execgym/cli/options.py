@@ -16,7 +16,7 @@ import click
 from execgym.errors import Error
 from execgym.limits import DEFAULT_LIMITS, MAX_BYTES, MAX_SECONDS, MIN_MEMORY_BYTES, parse_size
 from execgym.ops.breakers import DEFAULT_SPEC, Breakers, from_spec
-from execgym.sandbox import ISOLATIONS, Sandbox, WarmPoolSandbox, create_sandbox
+from execgym.sandbox import ISOLATIONS, Sandbox, open_sandbox
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -216,12 +216,10 @@ def json_flag(help: str) -> Decorator[Any]:
 def sandbox_for(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
     """The sandbox that ``--isolation``, ``--warm-pool`` and ``--allow-root`` ask for.
 
-    The warm pool for bwrap unless turned off; else :func:`execgym.sandbox.create_sandbox`.
+    The warm pool for bwrap unless turned off (see :func:`execgym.sandbox.open_sandbox`).
 
     Raises:
         execgym.errors.Error: the backend cannot run on this host (SandboxUnavailable)
             or is unknown (ConfigError).
     """
-    if isolation == "bwrap" and warm_pool:
-        return WarmPoolSandbox()
-    return create_sandbox(isolation, allow_root=allow_root)
+    return open_sandbox(isolation, warm_pool=warm_pool, allow_root=allow_root)

@@ -235,13 +235,6 @@ async def start_sandbox(sandbox: object) -> None:
             ) from error
 
 
-async def close_sandbox(sandbox: object) -> None:
-    """Stop a sandbox that keeps processes between runs (the warm pool), if it does."""
-    aclose = getattr(sandbox, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
 Items = list["RolloutLine | LineProblem"] | RolloutStream
 """The rollouts of a batch: a list (canonical solutions, a broker batch) or a stream."""
 
@@ -290,7 +283,7 @@ def prepare_local(
             for pending in (making, loading):
                 pending.cancel()
             if sandbox is not None:
-                await close_sandbox(sandbox)
+                await sandbox.aclose()
             raise
         total = items.total if isinstance(items, RolloutStream) else len(items)
 
@@ -305,7 +298,7 @@ def prepare_local(
                     output_tail=OUTPUT_TAIL,
                 )
             finally:
-                await close_sandbox(sandbox)
+                await sandbox.aclose()
 
         return run, total
 

@@ -58,21 +58,16 @@ def load(tasks_path: str | None, dataset: str | None) -> tuple[list[Task], dict[
 
 def _sandbox(isolation: str, warm_pool: bool, site: Any) -> Sandbox:
     """The sandbox of the runs: bwrap's see the coverage tool (``site``) read-only."""
-    from execgym.sandbox import BubblewrapSandbox, WarmPoolSandbox, create_sandbox
+    from execgym.sandbox import open_sandbox
     from execgym.validation import sandbox_paths
 
-    if isolation == "bwrap" and warm_pool:
-        return WarmPoolSandbox(read_only_paths=sandbox_paths(site))
-    if isolation == "bwrap":
-        return BubblewrapSandbox(read_only_paths=sandbox_paths(site))
-    return create_sandbox(isolation)
+    return open_sandbox(isolation, warm_pool=warm_pool, read_only_paths=sandbox_paths(site))
 
 
 async def _validate(tasks: list[Task], rejected: dict[str, str], ctx: Context) -> ValidationReport:
     """Validate ``tasks`` with a progress bar; ``ctx``'s sandbox is closed after."""
     from tqdm import tqdm
 
-    from execgym.cli.score_batch import close_sandbox
     from execgym.validation import validate_tasks
 
     tqdm.monitor_interval = 0  # no monitor thread: the sandbox forks children
@@ -82,7 +77,7 @@ async def _validate(tasks: list[Task], rejected: dict[str, str], ctx: Context) -
                 tasks, ctx, rejected=rejected, on_task=lambda _: bar.update(1)
             )
     finally:
-        await close_sandbox(ctx.sandbox)
+        await ctx.sandbox.aclose()
 
 
 def _write_reports(

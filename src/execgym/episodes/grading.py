@@ -36,9 +36,8 @@ from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.judges.pytest_tests import interpret_pytest_run
 from execgym.limits import Limits
 from execgym.reward import RewardBreakdown, RewardSpec, evaluate, load_spec
-from execgym.sandbox import python_command
-from execgym.sandbox.base import Sandbox
-from execgym.sandbox.bwrap import BubblewrapSandbox
+from execgym.sandbox import open_sandbox, python_command
+from execgym.sandbox.base import RunRequest, Sandbox
 from execgym.tasks.models import Task
 from execgym.toolchains import PYTHON_LIBRARIES_DIR
 
@@ -144,7 +143,7 @@ class Grader:
     """
 
     def __init__(self, sandbox: Sandbox | None = None, *, max_concurrent: int = 4) -> None:
-        self.sandbox = sandbox or BubblewrapSandbox()
+        self.sandbox = sandbox or open_sandbox("bwrap")
         self._slots = asyncio.Semaphore(max_concurrent)
         self._runner = harness_program("_pytest_runner.py", "_pytest_proxy.py")
 
@@ -175,11 +174,13 @@ class Grader:
         run_limits = limits.merged(wall_time_s=wall, cpu_time_s=max(limits.cpu_time_s, wall))
         async with self._slots:
             run = await self.sandbox.run(
-                python_command(HARNESS_NAME),
-                stdin=job,
-                files=tree,
-                limits=run_limits,
-                want_report=True,
+                RunRequest(
+                    argv=python_command(HARNESS_NAME),
+                    stdin=job,
+                    files=tree,
+                    limits=run_limits,
+                    want_report=True,
+                )
             )
         judgement = _judgement(task, interpret_pytest_run(run, nonce))
         spec = reward or load_spec("binary")

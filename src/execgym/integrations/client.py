@@ -105,18 +105,16 @@ class RewardClient:
 
     def _box(self) -> Sandbox:
         if self._sandbox is None:
-            from execgym.sandbox import WarmPoolSandbox
+            from execgym.sandbox import open_sandbox
 
-            self._sandbox = WarmPoolSandbox()
+            self._sandbox = open_sandbox("bwrap", warm_pool=True)
         return self._sandbox
 
     async def aclose(self) -> None:
         """Close the sandbox if the client made it; idempotent."""
         box, self._sandbox = self._sandbox, None
         if box is not None and self._owns_sandbox:
-            close = getattr(box, "aclose", None)
-            if close is not None:
-                await close()
+            await box.aclose()
 
     async def score_task(self, task: Task, completion: str) -> SampleScore:
         """Score ``completion`` (code, or text with fenced code) against ``task``.

@@ -28,7 +28,7 @@ from execgym.judges.base import (
 )
 from execgym.limits import Limits
 from execgym.sandbox import python_command  # noqa: F401 - re-exported for users
-from execgym.sandbox.base import RunResult, Sandbox, Status
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox, Status
 from execgym.tasks.models import Task
 
 _RUN_STATUS_VERDICT = RUN_STATUS_VERDICT
@@ -380,7 +380,9 @@ class AssertJudge:
             reference=reference,
             state=state or task.state,
         )
-        run = await sandbox.run_python(self._runner, stdin=job, limits=limits, want_report=True)
+        run = await sandbox.run(
+            RunRequest(python_source=self._runner, stdin=job, limits=limits, want_report=True)
+        )
         judgement = interpret_run(run, nonce)
         judgement.details.setdefault("state", state or task.state)  # also without a report
         return judgement

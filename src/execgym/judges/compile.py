@@ -45,7 +45,7 @@ from execgym.judges.languages import (
 )
 from execgym.limits import GiB, Limits, MiB
 from execgym.sandbox import detect_cgroups, python_command
-from execgym.sandbox.base import Sandbox, Status
+from execgym.sandbox.base import RunRequest, Sandbox, Status
 from execgym.tasks.models import Conventions
 from execgym.toolchains import Toolchain, find_toolchain, missing_hint
 
@@ -307,14 +307,16 @@ class Builder:
         self.compiles += 1
         job = json.dumps({"argv": argv, "outputs": list(spec.outputs)}).encode()
         run = await sandbox.run(
-            # The compiler's path as an argument (the driver reads its job from stdin):
-            # the sandbox sees a JVM or V8 compiler and spares it RLIMIT_AS.
-            [*python_command("execgym_compile.py"), argv[0]],
-            stdin=job,
-            files={**sources, "execgym_compile.py": self._driver},
-            limits=limits,
-            env=dict(spec.env) or None,
-            want_report=True,
+            RunRequest(
+                # The compiler's path as an argument (the driver reads its job from stdin):
+                # the sandbox sees a JVM or V8 compiler and spares it RLIMIT_AS.
+                argv=[*python_command("execgym_compile.py"), argv[0]],
+                stdin=job,
+                files={**sources, "execgym_compile.py": self._driver},
+                limits=limits,
+                env=spec.env,
+                want_report=True,
+            )
         )
         unstarted = never_started(run, "compiler")
         if unstarted is not None:

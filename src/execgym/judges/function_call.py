@@ -29,7 +29,7 @@ from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.cases import CaseResult, case_judgement
 from execgym.judges.compare import values_match
 from execgym.limits import Limits
-from execgym.sandbox.base import RunResult, Sandbox
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox
 from execgym.tasks.models import FunctionCase, Task
 from execgym.toolchains import find_toolchain, missing_hint
 
@@ -164,20 +164,24 @@ class FunctionCallJudge:
                 message = f"no javascript toolchain on this host ({missing_hint('javascript')})"
                 return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=message)
             run = await sandbox.run(
-                [node.runner, "execgym_call.js"],
-                stdin=encode_call_job(nonce, task, task.prompt + completion),
-                files={"execgym_call.js": self._node_runner},
-                limits=limits,
-                want_report=True,
+                RunRequest(
+                    argv=[node.runner, "execgym_call.js"],
+                    stdin=encode_call_job(nonce, task, task.prompt + completion),
+                    files={"execgym_call.js": self._node_runner},
+                    limits=limits,
+                    want_report=True,
+                )
             )
         else:
-            run = await sandbox.run_python(
-                self._runner,
-                stdin=encode_python_call_job(
-                    nonce, task, build_program(task, completion), state or task.state
-                ),
-                limits=limits,
-                want_report=True,
+            run = await sandbox.run(
+                RunRequest(
+                    python_source=self._runner,
+                    stdin=encode_python_call_job(
+                        nonce, task, build_program(task, completion), state or task.state
+                    ),
+                    limits=limits,
+                    want_report=True,
+                )
             )
             judgement = interpret_call_run(task, run, nonce)
             judgement.details.setdefault("state", state or task.state)  # also without a report

@@ -20,7 +20,7 @@ from execgym.errors import TaskError
 from execgym.languages import LANGUAGES
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox import RESERVES_ADDRESS_SPACE_ENV, python_command
-from execgym.sandbox.base import RunResult, Sandbox
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox
 from execgym.tasks.models import DEFAULT_CONVENTIONS, Conventions
 from execgym.toolchains import Toolchain
 
@@ -90,23 +90,27 @@ class Program:
         want_report: bool = False,
     ) -> RunResult:
         """Run the program once in ``sandbox``; see :meth:`Sandbox.run`."""
-        env = dict(self.env) or None
+        env = self.env
         if self.python_source is not None and not args and not extra_files:
-            return await sandbox.run_python(
-                self.python_source,
+            return await sandbox.run(
+                RunRequest(
+                    python_source=self.python_source,
+                    stdin=stdin,
+                    files=self.files,
+                    limits=limits,
+                    env=env,
+                    want_report=want_report,
+                )
+            )
+        return await sandbox.run(
+            RunRequest(
+                argv=[*self.with_stack(limits), *args],
                 stdin=stdin,
-                files=dict(self.files) or None,
+                files={**self.files, **(extra_files or {})},
                 limits=limits,
                 env=env,
                 want_report=want_report,
             )
-        return await sandbox.run(
-            [*self.with_stack(limits), *args],
-            stdin=stdin,
-            files={**self.files, **(extra_files or {})},
-            limits=limits,
-            env=env,
-            want_report=want_report,
         )
 
     def with_stack(self, limits: Limits) -> list[str]:

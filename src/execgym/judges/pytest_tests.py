@@ -34,7 +34,7 @@ from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.masking import INFRASTRUCTURE_MARK
 from execgym.judges.suites import pytest_suite_problem
 from execgym.limits import Limits
-from execgym.sandbox.base import RunResult, Sandbox
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox
 from execgym.tasks.models import Task
 from execgym.toolchains import PYTHON_LIBRARIES_DIR, python_libraries
 
@@ -258,12 +258,16 @@ class PytestJudge:
             return Judgement(Verdict.ERROR, error=error, message=problem)
         nonce = secrets.token_hex(16)
         contents = {task.solution_path: completion, **extra, **task.test_files}
-        run = await sandbox.run_python(
-            self._runner,
-            stdin=encode_pytest_job(nonce, task, [task.solution_path, *extra]),
-            files={name: text.encode("utf-8", "surrogatepass") for name, text in contents.items()},
-            limits=limits,
-            want_report=True,
+        run = await sandbox.run(
+            RunRequest(
+                python_source=self._runner,
+                stdin=encode_pytest_job(nonce, task, [task.solution_path, *extra]),
+                files={
+                    name: text.encode("utf-8", "surrogatepass") for name, text in contents.items()
+                },
+                limits=limits,
+                want_report=True,
+            )
         )
         return interpret_pytest_run(run, nonce)
 

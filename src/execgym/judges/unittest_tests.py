@@ -48,7 +48,7 @@ from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.pytest_tests import summarize_tests
 from execgym.judges.suites import unittest_suite_problem
 from execgym.limits import Limits
-from execgym.sandbox.base import RunResult, Sandbox
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox
 from execgym.tasks.models import Task
 from execgym.toolchains import PYTHON_LIBRARIES_DIR, python_libraries
 
@@ -172,12 +172,14 @@ class UnittestJudge:
         nonce = secrets.token_hex(16)
         program = unittest_program(task, completion)
         files = await self._fonts.files() if _USES_MATPLOTLIB.search(program) else {}
-        run = await sandbox.run_python(
-            runner_program(),
-            stdin=encode_job(nonce, program, solution_part(task, completion).count("\n")),
-            files=files or None,
-            limits=limits,
-            want_report=True,
+        run = await sandbox.run(
+            RunRequest(
+                python_source=runner_program(),
+                stdin=encode_job(nonce, program, solution_part(task, completion).count("\n")),
+                files=files,
+                limits=limits,
+                want_report=True,
+            )
         )
         return interpret_unittest_run(run, nonce)
 

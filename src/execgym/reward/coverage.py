@@ -31,7 +31,7 @@ from execgym.judges.assert_tests import (
 )
 from execgym.judges.base import Judgement, Verdict
 from execgym.limits import Limits
-from execgym.sandbox.base import Sandbox
+from execgym.sandbox.base import RunRequest, Sandbox
 from execgym.tasks.models import Task
 
 
@@ -101,8 +101,14 @@ async def measure_coverage(
     nonce = secrets.token_hex(16)
     job = _part(task.entry_point.encode() + b"\n" + completion.encode("utf-8", "surrogatepass"))
     job += _part(nonce.encode() + b"\n" + reference.encode("utf-8", "surrogatepass"))
-    run = await sandbox.run_python(
-        coverage_program(), stdin=job, files=coverage_files(), limits=limits, want_report=True
+    run = await sandbox.run(
+        RunRequest(
+            python_source=coverage_program(),
+            stdin=job,
+            files=coverage_files(),
+            limits=limits,
+            want_report=True,
+        )
     )
     payload = _parse_report(run.report, nonce) if run.report else None
     if payload is None or "lines" not in payload:

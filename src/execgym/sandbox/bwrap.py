@@ -28,12 +28,12 @@ from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._paths import safe_relative
 from execgym.sandbox._prestart import Job, Prestarter, prestart_possible
 from execgym.sandbox._process import memfd_with
-from execgym.sandbox._python import PythonAsFile, python_command
+from execgym.sandbox._python import python_command, script_request
 from execgym.sandbox._results import sandbox_error, with_init_count
 from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
 from execgym.sandbox._seccomp import BLOCKED_SYSCALLS, seccomp_program
 from execgym.sandbox._uids import process_block
-from execgym.sandbox.base import RunResult
+from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
 
 SANDBOX_UID = 65534
 """The uid (and gid) programs run as inside the sandbox ("nobody") as an ordinary user
@@ -160,7 +160,7 @@ def default_read_only_paths() -> list[ReadOnlyPath]:
     return paths
 
 
-class BubblewrapSandbox(PythonAsFile):
+class BubblewrapSandbox(BaseSandbox):
     """Run each program in fresh namespaces with bubblewrap; see the module docstring.
 
     Args:
@@ -249,12 +249,6 @@ class BubblewrapSandbox(PythonAsFile):
                 uids=process_block(),
             )
             atexit.register(self._prestarter.close_now)
-
-    async def __aenter__(self) -> BubblewrapSandbox:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Reclaim the prestarted sandboxes, if any (see ``prestart``)."""
@@ -362,42 +356,37 @@ class BubblewrapSandbox(PythonAsFile):
             ]
         return command + list(argv)
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run ``argv`` in a fresh bubblewrap sandbox; see :meth:`Sandbox.run`.
+    async def run(self, request: RunRequest) -> RunResult:
+        """Run ``request`` in a fresh bubblewrap sandbox; see :meth:`Sandbox.run`.
 
         Raises:
-            TaskError: if a file name would escape the work dir, or the command is too
-                big for Linux to start (:func:`~execgym.sandbox._run.check_exec_size`).
+            TaskError: if the command is too big for Linux to start
+                (:func:`~execgym.sandbox._run.check_exec_size`).
         """
+        request = script_request(request)
+        files, limits = request.files, request.limits
         full_env = {**run_env(self.environment, BASE_ENV), "HOME": WORK_DIR, "TMPDIR": "/tmp"}
-        full_env.update(env or {})
-        argv = remap_argv(argv, self.environment)
+        full_env.update(request.env)
+        argv = remap_argv(request.argv, self.environment)
         check_exec_size(argv, full_env)
         if self._prestarter is not None:
             dirs: list[str] = []
             named: list[tuple[str, bytes]] = []
-            for name, content in (files or {}).items():
-                relative = safe_relative(name)  # raises before a sandbox is taken
+            for name, content in files.items():
+                relative = safe_relative(name)
                 for parent in reversed(relative.parents[:-1]):
                     if str(parent) not in dirs:
                         dirs.append(str(parent))
                 named.append((str(relative), content))
             ready = self._prestarter.take(limits)
             if ready is not None:
-                job = Job(list(argv), full_env, dirs, named, stdin, want_report)
+                job = Job(list(argv), full_env, dirs, named, request.stdin, request.want_report)
                 result = await self._prestarter.run(ready, job, limits)
                 if result is not None:
                     return result
-        return await self._run_cold(argv, stdin, files, limits, full_env, want_report)
+        return await self._run_cold(
+            argv, request.stdin, files, limits, full_env, request.want_report
+        )
 
     async def _run_cold(
         self,

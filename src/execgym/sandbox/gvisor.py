@@ -73,14 +73,14 @@ from typing import Any
 from execgym.environments.model import Environment
 from execgym.environments.mounts import remap_argv, resolve_inside, root_entries, run_env
 from execgym.errors import SandboxUnavailable, TaskError
-from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.limits import Limits
 from execgym.sandbox import _cgroup
 from execgym.sandbox._paths import safe_relative
-from execgym.sandbox._python import PythonAsFile
+from execgym.sandbox._python import script_request
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
 from execgym.sandbox._seccomp import _NAMESPACE_FLAGS, BLOCKED_SYSCALLS
-from execgym.sandbox.base import RunResult
+from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
 from execgym.sandbox.bwrap import (
     SANDBOX_UID,
     WORK_DIR,
@@ -251,7 +251,7 @@ def _stage_files(directory: Path, files: Mapping[str, bytes]) -> None:
         os.chmod(target, 0o644)
 
 
-class GVisorSandbox(PythonAsFile):
+class GVisorSandbox(BaseSandbox):
     """Run each program on its own gVisor kernel with ``runsc``; see the module docstring.
 
     Args:
@@ -429,34 +429,25 @@ class GVisorSandbox(PythonAsFile):
         how["reclaim"] = "cgroup kill of runsc, its Gofer and Sentry; bundle and state deleted"
         return how
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run ``argv`` in a fresh gVisor sandbox; see :meth:`Sandbox.run`.
+    async def run(self, request: RunRequest) -> RunResult:
+        """Run ``request`` in a fresh gVisor sandbox; see :meth:`Sandbox.run`.
 
         Raises:
-            TaskError: if a file name would escape the work dir, or the command is too
-                big for Linux to start (``check_exec_size``).
+            TaskError: if the command is too big for Linux to start (``check_exec_size``).
         """
-        for name in files or {}:
-            safe_relative(name)
+        request = script_request(request)
+        files, limits = request.files, request.limits
+        stdin, want_report = request.stdin, request.want_report
         full_env = {**run_env(self.environment, BASE_ENV), "HOME": WORK_DIR, "TMPDIR": "/tmp"}
-        full_env.update(env or {})
-        argv = remap_argv(argv, self.environment)
+        full_env.update(request.env)
+        argv = remap_argv(request.argv, self.environment)
         check_exec_size(argv, full_env)
         run_dir = Path(tempfile.mkdtemp(prefix="execgym-gvisor-"))
         try:
             command = self._prepare(
                 run_dir,
                 argv,
-                files=files or {},
+                files=files,
                 env=full_env,
                 limits=limits,
                 want_report=want_report,

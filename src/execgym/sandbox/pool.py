@@ -62,7 +62,7 @@ from execgym.sandbox._trusted import (
     trusted_program,
 )
 from execgym.sandbox._uids import UidBlock
-from execgym.sandbox.base import RunResult
+from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
 from execgym.sandbox.bwrap import (
     SANDBOX_UID,
     WORK_DIR,
@@ -167,7 +167,7 @@ def _new_cgroups(count: int) -> list[RunCgroup]:
     return made
 
 
-class WarmPoolSandbox:
+class WarmPoolSandbox(BaseSandbox):
     """Python runs forked from a warm zygote; each as isolated as a fresh bwrap sandbox.
 
     Use it as an async context manager (or call :meth:`aclose`): the zygote starts on
@@ -461,41 +461,22 @@ class WarmPoolSandbox:
             self._maker.shutdown(wait=False)
             self._maker = None
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run any program in a fresh bwrap sandbox (the pool only serves Python)."""
-        return await self._fresh.run(
-            argv, stdin=stdin, files=files, limits=limits, env=env, want_report=want_report
-        )
+    async def run(self, request: RunRequest) -> RunResult:
+        """Run ``request``: Python forked from the warm zygote, others in fresh bwrap.
 
-    async def run_python(
-        self,
-        source: bytes,
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run a Python script forked from the warm zygote; see :meth:`Sandbox.run_python`.
+        See :meth:`Sandbox.run`.
 
         Raises:
-            TaskError: if a file name would escape the work dir, an environment entry
-                is over Linux's 128 KiB, or the whole environment over
-                :data:`MAX_ENV_BYTES` (it travels in one message to the zygote).
+            TaskError: if an environment entry is over Linux's 128 KiB, or the whole
+                environment over :data:`MAX_ENV_BYTES` (it travels in one message to
+                the zygote).
         """
-        archive = _archive(files or {})
+        if request.python_source is None:
+            return await self._fresh.run(request)
+        source, limits = request.python_source, request.limits
+        archive = _archive(request.files)
         full_env = {**run_env(self.environment, BASE_ENV), "HOME": WORK_DIR, "TMPDIR": "/tmp"}
-        full_env.update(env or {})
+        full_env.update(request.env)
         check_exec_size(["python"], full_env)
         size = len(json.dumps(full_env))
         if size > MAX_ENV_BYTES:
@@ -513,7 +494,7 @@ class WarmPoolSandbox:
             return sandbox_error(self.name, f"could not create the run's cgroup: {error}")
         try:
             return await self._run_forked(
-                source, stdin, archive, limits, full_env, want_report, cgroup, slot
+                source, request.stdin, archive, limits, full_env, request.want_report, cgroup, slot
             )
         except (OSError, SandboxSetupFailed) as error:
             return sandbox_error(self.name, f"the warm pool could not run it: {error}")

@@ -11,17 +11,15 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from execgym.errors import SandboxUnavailable
-from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._cgroup import detect_cgroups
 from execgym.sandbox._paths import safe_relative
-from execgym.sandbox._python import PythonAsFile
+from execgym.sandbox._python import script_request
 from execgym.sandbox._results import sandbox_error
 from execgym.sandbox._run import BASE_ENV, check_exec_size, run_contained
-from execgym.sandbox.base import RunResult
+from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +34,7 @@ _RECLAIM_WITHOUT_CGROUP = (
 )
 
 
-class UnisolatedSandbox(PythonAsFile):
+class UnisolatedSandbox(BaseSandbox):
     """Run each program as a plain child process in a fresh temp dir. NOT isolated.
 
     Args:
@@ -58,40 +56,32 @@ class UnisolatedSandbox(PythonAsFile):
             )
         log.warning(WARNING)
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes = b"",
-        files: Mapping[str, bytes] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
-        env: Mapping[str, str] | None = None,
-        want_report: bool = False,
-    ) -> RunResult:
-        """Run ``argv`` in a fresh temp dir without isolation; see :meth:`Sandbox.run`.
+    async def run(self, request: RunRequest) -> RunResult:
+        """Run ``request`` in a fresh temp dir without isolation; see :meth:`Sandbox.run`.
 
         Raises:
-            TaskError: if a file name would escape the work dir, or the command is too
-                big for Linux to start (``check_exec_size``).
+            TaskError: if the command is too big for Linux to start (``check_exec_size``).
         """
-        relatives = {safe_relative(name): content for name, content in (files or {}).items()}
-        check_exec_size(argv, {**BASE_ENV, **(env or {})})
+        request = script_request(request)
+        argv, env = request.argv, request.env
+        relatives = {safe_relative(name): content for name, content in request.files.items()}
+        check_exec_size(argv, {**BASE_ENV, **env})
         work = tempfile.mkdtemp(prefix="execgym-none-")
         try:
             for relative, content in relatives.items():
                 target = Path(work) / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
-            full_env = {**BASE_ENV, "HOME": work, "TMPDIR": work, **(env or {})}
+            full_env = {**BASE_ENV, "HOME": work, "TMPDIR": work, **env}
             return await run_contained(
                 argv,
                 isolation=self.name,
                 count_writes=True,  # the launcher is the program (the gate execs it)
                 env=full_env,
-                stdin=stdin,
-                limits=limits,
+                stdin=request.stdin,
+                limits=request.limits,
                 fd_map={},
-                want_report=want_report,
+                want_report=request.want_report,
                 cwd=work,
                 enforcement={
                     "network": "not enforced (isolation none)",

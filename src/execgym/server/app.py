@@ -29,9 +29,9 @@ from execgym.episodes.registry import EpisodeRegistry
 from execgym.errors import ConfigError, Error, TaskError
 from execgym.ops.breakers import from_spec
 from execgym.ops.metrics import MeteredSandbox
-from execgym.sandbox import WarmPoolSandbox, create_sandbox
+from execgym.sandbox import open_sandbox
 from execgym.sandbox.base import Sandbox
-from execgym.sandbox.bwrap import BubblewrapSandbox, interpreter_paths
+from execgym.sandbox.bwrap import interpreter_paths
 from execgym.scoring import ScoredRollout
 from execgym.server.capacity import BoundedSandbox, Capacity
 from execgym.server.episode_routes import EpisodeBackend, episodes
@@ -56,16 +56,12 @@ def build_sandbox(settings: ServerSettings, toolchains: Toolchains) -> Sandbox:
         SandboxUnavailable: if the backend cannot run here (the message says how to fix).
         ConfigError: for an unknown backend name.
     """
-    paths = [*interpreter_paths(), *toolchains.read_only_paths]
-    if settings.isolation == "bwrap":
-        if settings.warm_pool:
-            return WarmPoolSandbox(read_only_paths=paths)
-        return BubblewrapSandbox(read_only_paths=paths)
-    if settings.isolation == "gvisor":
-        from execgym.sandbox.gvisor import GVisorSandbox
-
-        return GVisorSandbox(read_only_paths=paths)
-    return create_sandbox(settings.isolation, allow_root=settings.allow_root)
+    return open_sandbox(
+        settings.isolation,
+        warm_pool=settings.warm_pool,
+        read_only_paths=[*interpreter_paths(), *toolchains.read_only_paths],
+        allow_root=settings.allow_root,
+    )
 
 
 def _error(status: int, error: str, message: str, **extra: object) -> JSONResponse:

@@ -23,7 +23,7 @@ from typing import Any
 from execgym.errors import TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox import python_command
-from execgym.sandbox.base import RunResult, Sandbox, Status
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox, Status
 from execgym.server.languages import (
     LANGUAGES,
     SANDBOX_FUSION_LANGUAGES,
@@ -173,12 +173,20 @@ async def run_program(
         limits = dataclasses.replace(limits, max_processes=steps.max_processes)
     if steps.compile is None and not request.fetch_files and not request.tmp_files:
         if language.name == "python":
-            run = await sandbox.run_python(
-                files.pop("main.py"), stdin=request.stdin, files=files, limits=limits, env=env
+            run = await sandbox.run(
+                RunRequest(
+                    python_source=files.pop("main.py"),
+                    stdin=request.stdin,
+                    files=files,
+                    limits=limits,
+                    env=env,
+                )
             )
         else:
             run = await sandbox.run(
-                list(steps.run), stdin=request.stdin, files=files, limits=limits, env=env
+                RunRequest(
+                    argv=list(steps.run), stdin=request.stdin, files=files, limits=limits, env=env
+                )
             )
         return ProgramOutcome(None, run, run)
     return await _run_steps(sandbox, request, steps.compile, steps.run, files, env, limits)
@@ -218,12 +226,14 @@ async def _run_steps(
         max_output_bytes=max(limits.max_output_bytes, COMPILE_OUTPUT_BYTES),
     )
     result = await sandbox.run(
-        [*python_command(_STEP_RUNNER), json.dumps(spec)],
-        stdin=request.stdin,
-        files={**files, _STEP_RUNNER: runner},
-        limits=whole,
-        env=env,
-        want_report=True,
+        RunRequest(
+            argv=[*python_command(_STEP_RUNNER), json.dumps(spec)],
+            stdin=request.stdin,
+            files={**files, _STEP_RUNNER: runner},
+            limits=whole,
+            env=env,
+            want_report=True,
+        )
     )
     return outcome_from_report(result)
 

@@ -16,7 +16,7 @@ from execgym.errors import TaskError
 from execgym.judges.assert_tests import AssertJudge
 from execgym.judges.base import Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox.base import RunResult, Sandbox
+from execgym.sandbox.base import RunRequest, RunResult, Sandbox
 from execgym.tasks.models import Task
 
 
@@ -191,4 +191,6 @@ class Context:
         """Run one of our own in-sandbox helpers (coverage, probes) with ``stdin``."""
         async with self._slots:
             self.runs += 1
-            return await self.sandbox.run_python(source, stdin=stdin, limits=limits)
+            return await self.sandbox.run(
+                RunRequest(python_source=source, stdin=stdin, limits=limits)
+            )
