@@ -10,10 +10,18 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from execgym.sandbox import BubblewrapSandbox, Sandbox, UnisolatedSandbox
+from execgym.sandbox import (
+    BubblewrapSandbox,
+    RunRequest,
+    RunResult,
+    Sandbox,
+    UnisolatedSandbox,
+    WarmPoolSandbox,
+)
 from execgym.sandbox._cgroup import CgroupHost, detect_cgroups, flush_removals
 from execgym.sandbox.gvisor import GVisorSandbox
 
@@ -81,6 +89,13 @@ def python(code: str) -> list[str]:
     return [os.path.realpath(sys.executable), "-I", "-S", "-c", code]
 
 
+async def run_code(sandbox: Sandbox, code: str, **options: Any) -> RunResult:
+    """Run the Python program ``code`` the way ``sandbox`` runs Python (the warm pool
+    forks it from its zygote; the others start an interpreter on it as ``runner.py``);
+    ``options`` are the other :class:`RunRequest` fields."""
+    return await sandbox.run(RunRequest(python_source=code.encode(), **options))
+
+
 @pytest.fixture(autouse=True)
 def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
@@ -111,6 +126,13 @@ def gvisor_sandbox() -> GVisorSandbox:
     require(shutil.which("runsc") is not None, "gVisor (apt-get install -y runsc)")
     require(os.geteuid() == 0, "root (runsc needs it)")
     return GVisorSandbox()
+
+
+@pytest.fixture
+async def pool_sandbox(bwrap_sandbox: BubblewrapSandbox) -> AsyncIterator[WarmPoolSandbox]:
+    """The warm pool, its zygote started; closed (with every run it forked) afterwards."""
+    async with WarmPoolSandbox() as pool:
+        yield pool
 
 
 @pytest.fixture

@@ -89,7 +89,7 @@ async def test_limits_hold_in_the_image(box) -> None:
 
 
 async def test_a_shell_program_runs_with_the_images_shell_and_path(box) -> None:
-    result = await box.run(["sh", "-c", "echo $PATH; cat /etc/debian_version; ls /etc/issue"])
+    result = await box.run_argv(["sh", "-c", "echo $PATH; cat /etc/debian_version; ls /etc/issue"])
     assert result.status is Status.RUNTIME_ERROR  # ls: /etc/issue is whited out
     lines = result.stdout.decode().splitlines()
     assert lines[0] == "/usr/local/bin:/usr/bin:/bin"

@@ -451,7 +451,7 @@ async def pool_sandbox(bwrap_sandbox: object) -> AsyncIterator[WarmPoolSandbox]:
     """A warm pool whose zygote is running before the test's host snapshot, with no inits
     staged ahead (they would be new processes of the test's tree after the run)."""
     pool = WarmPoolSandbox()
-    pool._stage_target = 0
+    pool._stager.target = 0
     async with pool:
         yield pool
 

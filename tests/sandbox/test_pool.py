@@ -165,8 +165,8 @@ async def test_a_run_queued_behind_a_stalled_zygote_is_timed_from_its_start_and_
     # to its end, or, queued long enough, a correct run was called a timeout.
     async with WarmPoolSandbox() as box:
         await asyncio.gather(*(box.run_python(b"pass") for _ in range(6)))  # staged used up
-        assert box._proc is not None
-        zygote = box._proc.pid
+        assert box._zygote.proc is not None
+        zygote = box._zygote.proc.pid
         while Path(f"/proc/{zygote}/comm").read_text().strip() == "bwrap":
             zygote = int(Path(f"/proc/{zygote}/task/{zygote}/children").read_text().split()[0])
         os.kill(zygote, signal.SIGSTOP)
@@ -381,9 +381,9 @@ async def test_the_zygote_survives_hostile_runs(pool) -> None:
 
 
 async def test_a_dead_zygote_is_a_sandbox_error_then_restarts(pool) -> None:
-    assert pool._proc is not None
-    os.killpg(pool._proc.pid, 9)
-    pool._proc.wait()
+    assert pool._zygote.proc is not None
+    os.killpg(pool._zygote.proc.pid, 9)
+    pool._zygote.proc.wait()
     result = await pool.run_python(b"print(1)")
     assert result.status in (Status.SANDBOX_ERROR, Status.OK)
     again = await pool.run_python(b"print(1)")
@@ -393,11 +393,11 @@ async def test_a_dead_zygote_is_a_sandbox_error_then_restarts(pool) -> None:
 async def test_closing_the_pool_leaves_nothing(bwrap_sandbox) -> None:
     box = WarmPoolSandbox()
     await box.start()
-    assert box._proc is not None
-    pid = box._proc.pid
+    assert box._zygote.proc is not None
+    pid = box._zygote.proc.pid
     await box.aclose()
     assert processes_with(f"{pid}") == [] or not os.path.exists(f"/proc/{pid}/cmdline")
-    assert box._proc is None
+    assert box._zygote.proc is None
 
 
 ADD = Task(
@@ -441,11 +441,13 @@ async def test_staged_runs_get_their_own_limits_and_are_reclaimed_on_close(bwrap
                 ), small
                 assert "inferred from the error output" in small.message
             assert (large.status, large.stdout) == (Status.OK, b"kept\n"), large
-        while box._making is not None:  # inits are staged in the background
+        while box._stager.making is not None:  # inits are staged in the background
             await asyncio.sleep(0.01)
-        staged = {cgroup_dir for _, cgroup in box._staged for cgroup_dir in cgroup.dirs.values()}
+        staged = {
+            cgroup_dir for _, cgroup in box._stager.staged for cgroup_dir in cgroup.dirs.values()
+        }
         if require_cgroup:
-            assert 0 < len(box._staged) <= max(2, os.cpu_count() or 1)
+            assert 0 < len(box._stager.staged) <= max(2, os.cpu_count() or 1)
             assert staged
             assert all(path.exists() for path in staged)
             assert large.enforcement["memory_bytes"].startswith("cgroup")

@@ -20,7 +20,7 @@ async def test_wall_time_counts_from_the_zygote_even_when_the_host_loop_is_late(
 ) -> None:
     async with WarmPoolSandbox() as pool:
         await pool.run_python(b"pass\n")  # warm: the next run's job is sent at once
-        send = pool._send
+        send = pool._zygote.send
         blocked: list[bool] = []
 
         async def send_then_stall(message: bytes, fds, **kwargs) -> None:
@@ -31,7 +31,7 @@ async def test_wall_time_counts_from_the_zygote_even_when_the_host_loop_is_late(
                 # the run starts and ends: both of the zygote's messages wait for it.
                 time.sleep(3.0)  # noqa: ASYNC251 (blocking the loop is the point)
 
-        pool._send = send_then_stall  # type: ignore[method-assign]
+        pool._zygote.send = send_then_stall  # type: ignore[method-assign]
         result = await pool.run_python(b"import time\ntime.sleep(0.4)\n")
     assert blocked
     assert result.status is Status.OK

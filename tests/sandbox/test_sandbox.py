@@ -19,7 +19,7 @@ import pytest
 
 from execgym.errors import ConfigError, SandboxUnavailable, TaskError
 from execgym.limits import Limits, MiB
-from execgym.sandbox import BubblewrapSandbox, Status, create_sandbox
+from execgym.sandbox import BubblewrapSandbox, Sandbox, Status, create_sandbox
 from execgym.sandbox._cgroup import detect_cgroups
 from tests.conftest import (
     LIST_FDS,
@@ -27,15 +27,22 @@ from tests.conftest import (
     python,
     require,
     run_cgroups,
+    run_code,
     run_uid_expected,
     toolchain_dirs,
 )
 
 
+@pytest.fixture(params=["bwrap", "gvisor", "none", "pool"])
+def sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    """The contract's backends: every tier, and the warm pool ``execgym score`` uses by
+    default (its Python runs are forked from its zygote, its other programs run in a
+    fresh bwrap sandbox)."""
+    return request.getfixturevalue(f"{request.param}_sandbox")
+
+
 async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
-    result = await sandbox.run_argv(
-        python("import sys; print('out'); print('err', file=sys.stderr)")
-    )
+    result = await run_code(sandbox, "import sys; print('out'); print('err', file=sys.stderr)")
     assert result.status is Status.OK
     assert result.exit_code == 0
     assert result.stdout == b"out\n"
@@ -48,7 +55,7 @@ async def test_runs_a_program_and_captures_its_output(sandbox) -> None:
 
 
 async def test_nonzero_exit_is_a_runtime_error(sandbox) -> None:
-    result = await sandbox.run_argv(python("raise SystemExit(3)"))
+    result = await run_code(sandbox, "raise SystemExit(3)")
     assert result.status is Status.RUNTIME_ERROR
     assert result.exit_code == 3
 
@@ -58,8 +65,8 @@ async def test_files_stdin_and_report_channel(sandbox) -> None:
         "import os, sys; data = open('dir/in.txt').read(); "
         "os.write(3, b'report:' + sys.stdin.buffer.read()); print(data)"
     )
-    result = await sandbox.run_argv(
-        python(code), stdin=b"from stdin", files={"dir/in.txt": b"hello"}, want_report=True
+    result = await run_code(
+        sandbox, code, stdin=b"from stdin", files={"dir/in.txt": b"hello"}, want_report=True
     )
     assert result.status is Status.OK, result.stderr
     assert result.stdout == b"hello\n"
@@ -67,7 +74,7 @@ async def test_files_stdin_and_report_channel(sandbox) -> None:
 
 
 async def test_empty_stdin_is_dev_null(sandbox) -> None:
-    result = await sandbox.run_argv(python("input()"), limits=Limits(wall_time_s=5))
+    result = await run_code(sandbox, "input()", limits=Limits(wall_time_s=5))
     assert result.status is Status.RUNTIME_ERROR
     assert b"EOFError" in result.stderr
     assert result.wall_time_s < 2
@@ -76,7 +83,7 @@ async def test_empty_stdin_is_dev_null(sandbox) -> None:
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "", "a\\b", "a\x00b"])
 async def test_file_names_cannot_escape_the_work_dir(sandbox, name: str) -> None:
     with pytest.raises(TaskError, match="file name"):
-        await sandbox.run_argv(python("pass"), files={name: b"x"})
+        await run_code(sandbox, "pass", files={name: b"x"})
 
 
 async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> None:
@@ -90,7 +97,7 @@ async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> Non
         f"os.execv('/usr/bin/sleep', ['{marker}', '300'])\n"
     )
     started = time.monotonic()
-    result = await sandbox.run_argv(python(code), limits=Limits(wall_time_s=1))
+    result = await run_code(sandbox, code, limits=Limits(wall_time_s=1))
     assert time.monotonic() - started < 1 + 1
     assert result.status is Status.TIME_LIMIT
     assert result.limit_hit == "wall_time_s"
@@ -98,7 +105,7 @@ async def test_wall_timeout_kills_the_whole_tree_within_a_second(sandbox) -> Non
 
 
 async def test_busy_loop_is_a_time_limit(sandbox) -> None:
-    result = await sandbox.run_argv(python("while True: pass"), limits=Limits(wall_time_s=1))
+    result = await run_code(sandbox, "while True: pass", limits=Limits(wall_time_s=1))
     assert result.status is Status.TIME_LIMIT
     # CPU time is measured, not zero; how much of 1 s of wall time a busy loop gets
     # depends on the machine's load, so no more than that is asserted.
@@ -107,9 +114,7 @@ async def test_busy_loop_is_a_time_limit(sandbox) -> None:
 
 async def test_output_flood_is_cut_and_reported(sandbox) -> None:
     code = "import sys\nwhile True: sys.stdout.write('x' * 65536)"
-    result = await sandbox.run_argv(
-        python(code), limits=Limits(max_output_bytes=100_000, wall_time_s=5)
-    )
+    result = await run_code(sandbox, code, limits=Limits(max_output_bytes=100_000, wall_time_s=5))
     assert result.status is Status.OUTPUT_LIMIT
     assert result.limit_hit == "max_output_bytes"
     assert len(result.stdout) == 100_000
@@ -117,16 +122,14 @@ async def test_output_flood_is_cut_and_reported(sandbox) -> None:
 
 
 async def test_binary_and_invalid_utf8_output_is_kept_as_bytes(sandbox) -> None:
-    result = await sandbox.run_argv(
-        python("import sys; sys.stdout.buffer.write(b'ok\\n\\xff\\x00')")
-    )
+    result = await run_code(sandbox, "import sys; sys.stdout.buffer.write(b'ok\\n\\xff\\x00')")
     assert result.status is Status.OK
     assert result.stdout == b"ok\n\xff\x00"
 
 
 async def test_memory_limit_is_enforced_by_cgroup(sandbox, needs_cgroup) -> None:
     code = "x = bytearray(2 * 1024 ** 3)\nprint(len(x))"
-    result = await sandbox.run_argv(python(code), limits=Limits(memory_bytes=256 * MiB))
+    result = await run_code(sandbox, code, limits=Limits(memory_bytes=256 * MiB))
     assert result.status is Status.MEMORY_LIMIT
     assert result.limit_hit == "memory_bytes"
     assert result.enforcement["memory_bytes"].startswith("cgroup-v")
@@ -139,7 +142,7 @@ async def test_fork_bomb_is_contained_by_the_process_limit(sandbox) -> None:
         "            import time; time.sleep(30)\n        n += 1\n"
         "except OSError:\n    print('stopped at', n)\n"
     )
-    result = await sandbox.run_argv(python(code), limits=Limits(max_processes=16, wall_time_s=5))
+    result = await run_code(sandbox, code, limits=Limits(max_processes=16, wall_time_s=5))
     assert result.status is Status.OK, result
     assert int(result.stdout.split()[-1]) < 16
 
@@ -151,14 +154,14 @@ async def test_no_cgroup_or_process_survives_a_run(sandbox, needs_cgroup) -> Non
         f"subprocess.Popen(['{marker}', '300'], executable='/usr/bin/sleep', "
         "start_new_session=True)\n"
     )
-    result = await sandbox.run_argv(python(code))
+    result = await run_code(sandbox, code)
     assert result.status is Status.OK
     assert processes_with(marker) == []
     assert run_cgroups() == []
 
 
 async def test_every_result_says_how_limits_were_enforced(sandbox) -> None:
-    result = await sandbox.run_argv(python("pass"))
+    result = await run_code(sandbox, "pass")
     for name in (
         "wall_time_s",
         "cpu_time_s",
@@ -309,8 +312,13 @@ async def test_the_cgroup_is_removed_even_when_we_fail(sandbox, needs_cgroup, mo
         raise RuntimeError("a bug of ours")
 
     monkeypatch.setattr("execgym.sandbox._run.run_process", broken)
+
+    def broken_pooled(self: object) -> None:  # the warm pool's fork, before it is handed over
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr("execgym.sandbox.pool._forked.ForkedRun.open_descriptors", broken_pooled)
     with pytest.raises(RuntimeError):
-        await sandbox.run_argv(python("pass"))
+        await run_code(sandbox, "pass")
     assert run_cgroups() == []
 
 
@@ -544,7 +552,7 @@ async def test_without_a_cgroup_the_trees_resident_memory_is_sampled_and_enforce
     # they hold 360 MiB, and the sampled total of the tree is what stops them.
     sandbox = request.getfixturevalue(f"{name}_sandbox")
     limits = Limits(memory_bytes=256 * MiB, wall_time_s=10, max_processes=16)
-    result = await sandbox.run_argv(python(TREE_HOG), limits=limits)
+    result = await run_code(sandbox, TREE_HOG, limits=limits)
     assert (result.status, result.limit_hit) == (Status.MEMORY_LIMIT, "memory_bytes"), result
     assert result.wall_time_s < 8, result
     assert result.peak_memory_bytes > 256 * MiB, result
@@ -636,7 +644,7 @@ async def test_the_hosts_inheritable_descriptors_never_reach_the_program(
     sandbox, inheritable_host_pipe
 ) -> None:
     """A host pipe execgym did not open (inherited from whoever started it) stays out."""
-    result = await sandbox.run_argv(python(LIST_FDS))
+    result = await run_code(sandbox, LIST_FDS)
     assert result.status is Status.OK, result
     # 0-2, and the descriptor the listing itself holds open (the lowest free one: 3)
     assert set(json.loads(result.stdout)) <= {0, 1, 2, 3}, result.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from execgym.errors import TaskError
@@ -23,3 +24,24 @@ def safe_relative(name: str) -> PurePosixPath:
             f"file name {name!r} must be relative and stay inside the work dir (no '..')"
         )
     return path
+
+
+def archive_files(files: Mapping[str, bytes]) -> bytes:
+    """Pack files for a guest that unpacks them (the warm pool's zygote, a session's agent).
+
+    Per file: the name's size (4 bytes, little-endian), the name (UTF-8), the content's
+    size (8 bytes), the content.
+
+    Raises:
+        TaskError: if a name would escape the work dir (see :func:`safe_relative`).
+    """
+    parts = []
+    for name, content in files.items():
+        encoded = str(safe_relative(name)).encode("utf-8")
+        parts += [
+            len(encoded).to_bytes(4, "little"),
+            encoded,
+            len(content).to_bytes(8, "little"),
+            content,
+        ]
+    return b"".join(parts)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from execgym.sandbox._cgroup import RunCgroup
 from execgym.sandbox._proctree import total_bytes_written, tree_cpu_time_s, tree_rss_bytes
-from execgym.sandbox._supervise import Supervisor
+from execgym.sandbox._supervise import RunPipes, Supervisor, supervised
 
 REPORT_FD = 3
 """The fd number of the harness report channel inside the sandbox."""
@@ -456,29 +456,30 @@ async def launch(spec: ProcessSpec) -> Launched:
     Raises:
         OSError: if the process could not be started (its pipes are closed first).
     """
-    pipes = {name: os.pipe() for name in ("stdout", "stderr")}
-    if spec.want_report:
-        pipes["report"] = _open_fifo(spec.report_path) if spec.report_path else os.pipe()
+    report_path = spec.report_path
+    pipes = RunPipes(
+        want_report=spec.want_report,
+        report=(lambda: _open_fifo(report_path)) if report_path else os.pipe,
+    )
+    writes = pipes.write_ends
     fd_map = dict(spec.fd_map)
     if spec.want_report:
-        fd_map[REPORT_FD] = pipes["report"][1]
+        fd_map[REPORT_FD] = writes["report"]
     stdin_fd = memfd_with(spec.stdin, "execgym-stdin") if spec.stdin else None
     try:
         if stdin_fd is not None and spec.stdin_mode is not None:
             os.fchmod(stdin_fd, spec.stdin_mode)
         pid, inner = await spawn(
-            spec, fd_map, stdout=pipes["stdout"][1], stderr=pipes["stderr"][1], stdin=stdin_fd
+            spec, fd_map, stdout=writes["stdout"], stderr=writes["stderr"], stdin=stdin_fd
         )
     except BaseException:
-        for read_end, _ in pipes.values():
-            os.close(read_end)
+        pipes.close_read_ends()
         raise
     finally:
-        for _, write_end in pipes.values():
-            os.close(write_end)
+        pipes.close_write_ends()
         if stdin_fd is not None:
             os.close(stdin_fd)
-    return Launched(pid, {name: ends[0] for name, ends in pipes.items()}, inner)
+    return Launched(pid, pipes.read_ends, inner)
 
 
 async def run_process(spec: ProcessSpec) -> ProcessOutcome:
@@ -518,36 +519,41 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
             sampled_cpu_s[0] = tree_cpu_time_s(pid, stop=True)
         _kill_tree(pid, spec.cgroup)
 
-    watcher = Supervisor(launched.read_ends, max_output_bytes=spec.max_output_bytes, kill=kill)
     reaped = False
-    pidfd = os.pidfd_open(pid)
-    exited: asyncio.Future[object] = loop.create_future()
-    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
     try:
-        await watcher.watch(
-            exited,
-            started=started,
-            wall_time_s=spec.wall_time_s,
-            cpu_time_s=spec.cpu_time_s,
-            cgroup=spec.cgroup,
-            sample_cpu=None if measured else (lambda: tree_cpu_time_s(pid)),
-            sample_memory=None if spec.memory_bytes is None else (lambda: tree_rss_bytes(pid)),
-            memory_bytes=spec.memory_bytes,
-        )
-        # Read while the launcher is a zombie: its I/O figures are final.
-        written = total_bytes_written(pid) if spec.count_writes else None
-        # The pidfd said it exited: a zombie is reaped at once, nothing blocks.
-        _, wait_status, usage = os.wait4(pid, 0)  # noqa: ASYNC222
-        reaped = True
-        ended = time.monotonic()
-        _kill_tree(pid, spec.cgroup)  # orphans and daemons die with the run
-        if launched.inner >= 0 and spec.cgroup is None:
-            await _wait_inner(launched.inner)  # no cgroup to empty: its PID namespace then
-        await watcher.drain()
+        async with supervised(
+            launched.read_ends, max_output_bytes=spec.max_output_bytes, kill=kill
+        ) as watcher:
+            pidfd = os.pidfd_open(pid)
+            exited: asyncio.Future[object] = loop.create_future()
+            loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+            try:
+                await watcher.watch(
+                    exited,
+                    started=started,
+                    wall_time_s=spec.wall_time_s,
+                    cpu_time_s=spec.cpu_time_s,
+                    cgroup=spec.cgroup,
+                    sample_cpu=None if measured else (lambda: tree_cpu_time_s(pid)),
+                    sample_memory=None
+                    if spec.memory_bytes is None
+                    else (lambda: tree_rss_bytes(pid)),
+                    memory_bytes=spec.memory_bytes,
+                )
+                # Read while the launcher is a zombie: its I/O figures are final.
+                written = total_bytes_written(pid) if spec.count_writes else None
+                # The pidfd said it exited: a zombie is reaped at once, nothing blocks.
+                _, wait_status, usage = os.wait4(pid, 0)  # noqa: ASYNC222
+                reaped = True
+                ended = time.monotonic()
+                _kill_tree(pid, spec.cgroup)  # orphans and daemons die with the run
+                if launched.inner >= 0 and spec.cgroup is None:
+                    await _wait_inner(launched.inner)  # no cgroup to empty: the PID ns then
+                await watcher.drain()
+            finally:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
     finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-        watcher.close()
         if not reaped:
             _kill_tree(pid, spec.cgroup)
             with contextlib.suppress(ChildProcessError):  # SIGKILLed just above: it ends at once

@@ -1,7 +1,8 @@
 """Watch one running program: read its pipes with caps and enforce its clocks.
 
 Shared by every way of starting a run (a launched ``bwrap``, a fork of the warm pool's
-zygote): the caller starts the program and says how to kill it; the supervisor reads
+zygote, a session's command), through :class:`RunPipes` and :func:`supervised`: the
+caller starts the program and says how to kill it; the supervisor reads
 stdout, stderr and the report channel while it runs, kills it when it writes too much or
 its wall-clock or CPU budget is spent, and waits for it to end.
 """
@@ -9,9 +10,10 @@ its wall-clock or CPU budget is spent, and waits for it to end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 from execgym.sandbox._cgroup import RunCgroup
@@ -160,3 +162,74 @@ class Supervisor:
             self._loop.remove_reader(fd)
             os.close(fd)
         self._fds.clear()
+
+
+class RunPipes:
+    """The output pipes of one run: stdout, stderr and, when asked, the report channel.
+
+    Args:
+        want_report: Open the report channel's pipe too.
+        report: Opens the report channel's ``(read_end, write_end)`` (default
+            :func:`os.pipe`; gVisor's is a named pipe).
+
+    Raises:
+        OSError: if a pipe cannot be opened (``EMFILE`` with hundreds of runs at once);
+            the ones already opened are closed first.
+    """
+
+    def __init__(
+        self, *, want_report: bool, report: Callable[[], tuple[int, int]] = os.pipe
+    ) -> None:
+        self.ends: dict[str, tuple[int, int]] = {}
+        try:
+            self.ends["stdout"] = os.pipe()
+            self.ends["stderr"] = os.pipe()
+            if want_report:
+                self.ends["report"] = report()
+        except OSError:
+            self.close_read_ends()
+            self.close_write_ends()
+            raise
+
+    @property
+    def read_ends(self) -> dict[str, int]:
+        """``{"stdout": fd, "stderr": fd[, "report": fd]}``: what :func:`supervised` reads."""
+        return {name: ends[0] for name, ends in self.ends.items()}
+
+    @property
+    def write_ends(self) -> dict[str, int]:
+        """The ends the program writes to, by name."""
+        return {name: ends[1] for name, ends in self.ends.items()}
+
+    def close_write_ends(self) -> None:
+        """Close our copies of the write ends (the program, or the guest, holds its own)."""
+        for _, write_end in self.ends.values():
+            os.close(write_end)
+
+    def close_read_ends(self) -> None:
+        """Close the read ends of a run that will not be supervised."""
+        for read_end, _ in self.ends.values():
+            os.close(read_end)
+
+
+@contextlib.asynccontextmanager
+async def supervised(
+    read_ends: Mapping[str, int], *, max_output_bytes: int, kill: Callable[[], None]
+) -> AsyncIterator[Supervisor]:
+    """A :class:`Supervisor` over ``read_ends`` for the block; its pipes closed after it.
+
+    The one way every kind of run (a launched process tree, a fork of the warm pool's
+    zygote, a session's command) is watched: in the block, ``await watcher.watch(...)``
+    until the run ends, reap it, ``await watcher.drain()``; then read the outcome
+    (:func:`execgym.sandbox._process.outcome_of`).
+
+    Args:
+        read_ends: As for :class:`Supervisor` (owned, and closed, here).
+        max_output_bytes: Cap for each of stdout and stderr.
+        kill: Kills the whole run.
+    """
+    watcher = Supervisor(read_ends, max_output_bytes=max_output_bytes, kill=kill)
+    try:
+        yield watcher
+    finally:
+        watcher.close()

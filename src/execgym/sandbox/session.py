@@ -38,17 +38,17 @@ from typing import Any
 from execgym.errors import SandboxError, SandboxSetupFailed
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox._cgroup import RunCgroup
+from execgym.sandbox._paths import archive_files
 from execgym.sandbox._process import ProcessSpec, _make_preexec, memfd_with, outcome_of
 from execgym.sandbox._python import python_command
 from execgym.sandbox._results import interpret, sandbox_error
 from execgym.sandbox._rlimits import rlimits_for
 from execgym.sandbox._run import BASE_ENV
 from execgym.sandbox._seccomp import seccomp_program
-from execgym.sandbox._supervise import Supervisor
+from execgym.sandbox._supervise import RunPipes, supervised
 from execgym.sandbox._uids import UidBlock, process_block
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import WORK_DIR, BubblewrapSandbox
-from execgym.sandbox.pool import _archive
 
 _CONTROL_FD = 8
 _SECCOMP_FD = 9
@@ -280,7 +280,7 @@ class Session:
             SessionClosed: if the session is closed.
             SandboxError: if the agent could not write them (disk full, say).
         """
-        archive = memfd_with(_archive(files), "execgym-files")
+        archive = memfd_with(archive_files(files), "execgym-files")
         try:
             request, queue = await self._request({"op": "write"}, [archive])
         finally:
@@ -372,11 +372,10 @@ class Session:
         """
         limits = limits or self.limits
         rlimits, _ = rlimits_for(limits, cgroup_enforced={"memory_bytes": "", "max_processes": ""})
-        names = ("stdout", "stderr", "report") if want_report else ("stdout", "stderr")
-        pipes = {name: os.pipe() for name in names}
+        pipes = RunPipes(want_report=want_report)
         given = [
             memfd_with(stdin, "execgym-stdin") if stdin else os.open(os.devnull, os.O_RDONLY),
-            *(ends[1] for ends in pipes.values()),
+            *pipes.write_ends.values(),
         ]
         header = {
             "op": "run",
@@ -389,8 +388,7 @@ class Session:
         try:
             request, queue = await self._request(header, given)
         except SessionClosed as error:
-            for read_end, _ in pipes.values():
-                os.close(read_end)
+            pipes.close_read_ends()
             return sandbox_error(self.name, str(error))
         finally:
             for fd in given:
@@ -401,7 +399,7 @@ class Session:
         self,
         request: int,
         queue: asyncio.Queue[tuple[dict[str, Any], list[int]]],
-        pipes: dict[str, tuple[int, int]],
+        pipes: RunPipes,
         limits: Limits,
         started: float,
         cpu_before: float | None,
@@ -426,28 +424,25 @@ class Session:
                     self._control.send(json.dumps({"op": "kill", "target": request}).encode())
 
         follower = asyncio.create_task(follow())
-        watcher = Supervisor(
-            {name: ends[0] for name, ends in pipes.items()},
-            max_output_bytes=limits.max_output_bytes,
-            kill=kill,
-        )
-        try:
-            await watcher.watch(
-                ended,
-                started=started,
-                wall_time_s=limits.wall_time_s,
-                cpu_time_s=limits.cpu_time_s,
-                cgroup=None,
-            )
-            body = ended.result()
-            await watcher.drain()
-        except SandboxError as error:
-            return sandbox_error(self.name, str(error))
-        finally:
-            follower.cancel()
-            self._waiters.pop(request, None)
-            watcher.close()
-            self._last_used = time.monotonic()
+        async with supervised(
+            pipes.read_ends, max_output_bytes=limits.max_output_bytes, kill=kill
+        ) as watcher:
+            try:
+                await watcher.watch(
+                    ended,
+                    started=started,
+                    wall_time_s=limits.wall_time_s,
+                    cpu_time_s=limits.cpu_time_s,
+                    cgroup=None,
+                )
+                body = ended.result()
+                await watcher.drain()
+            except SandboxError as error:
+                return sandbox_error(self.name, str(error))
+            finally:
+                follower.cancel()
+                self._waiters.pop(request, None)
+                self._last_used = time.monotonic()
         cpu_after = self._cgroup.cpu_time_s() if self._cgroup else None
         outcome = outcome_of(
             watcher,
