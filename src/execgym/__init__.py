@@ -3,10 +3,10 @@
 The library API, which the ``execgym`` command line is a thin layer over::
 
     import asyncio
-    from execgym import Scorer, create_sandbox, load_dataset, canonical_rollouts
+    from execgym import Scorer, open_sandbox, load_dataset, canonical_rollouts
 
     tasks = load_dataset("humaneval")
-    scorer = Scorer(tasks, create_sandbox("bwrap"))
+    scorer = Scorer(tasks, open_sandbox("bwrap"))
     results = asyncio.run(scorer.score(canonical_rollouts(tasks)))
     assert all(r.reward == 1.0 for r in results)
 """
@@ -43,7 +43,7 @@ if _typing.TYPE_CHECKING:
     from execgym.ops.breakers import BreakerPolicy, Breakers
     from execgym.ops.metrics import Metrics
     from execgym.reward import RewardBreakdown, RewardSpec, binary_reward, load_spec
-    from execgym.sandbox import RunResult, Sandbox, Status, create_sandbox
+    from execgym.sandbox import RunRequest, RunResult, Sandbox, Status, create_sandbox, open_sandbox
     from execgym.scoring import ScoredRollout, Scorer
     from execgym.summary import Summary, pass_at_k, summarize
     from execgym.tasks import (
@@ -91,10 +91,12 @@ _LAZY = {
     "RewardSpec": "execgym.reward",
     "binary_reward": "execgym.reward",
     "load_spec": "execgym.reward",
+    "RunRequest": "execgym.sandbox",
     "RunResult": "execgym.sandbox",
     "Sandbox": "execgym.sandbox",
     "Status": "execgym.sandbox",
     "create_sandbox": "execgym.sandbox",
+    "open_sandbox": "execgym.sandbox",
     "ScoredRollout": "execgym.scoring",
     "Scorer": "execgym.scoring",
     "Summary": "execgym.summary",
@@ -150,6 +152,7 @@ __all__ = [
     "RewardSpec",
     "Rollout",
     "RolloutLine",
+    "RunRequest",
     "RunResult",
     "Sandbox",
     "SandboxError",
@@ -174,6 +177,7 @@ __all__ = [
     "load_spec",
     "load_tasks",
     "make",
+    "open_sandbox",
     "parse_size",
     "pass_at_k",
     "summarize",

@@ -255,7 +255,7 @@ async def test_a_large_report_write_arrives_whole(gvisor_sandbox) -> None:
 async def test_isolation_gvisor_is_offered_by_create_sandbox(gvisor_sandbox) -> None:
     assert "gvisor" in ISOLATIONS
     assert isinstance(create_sandbox("gvisor"), GVisorSandbox)
-    result = await create_sandbox("gvisor").run(python("print('hi')"))
+    result = await create_sandbox("gvisor").run_argv(python("print('hi')"))
     assert (result.status, result.stdout, result.isolation) == (Status.OK, b"hi\n", "gvisor")
 
 

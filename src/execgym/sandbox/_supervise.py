@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -233,3 +234,25 @@ async def supervised(
         yield watcher
     finally:
         watcher.close()
+
+
+def stop_guest(proc: subprocess.Popen[bytes], *, cgroup: RunCgroup | None = None) -> str:
+    """Kill a long-lived guest (the warm pool's zygote, a session's agent) and its tree.
+
+    Kills ``proc``'s process group (``bwrap`` started it in a session of its own; its
+    PID namespace dies with its init), then ``cgroup`` if given, and reaps ``proc``.
+
+    Returns:
+        The first 4,000 bytes of its error output, decoded (for the message saying
+        why it stopped).
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, 9)
+    if cgroup is not None:
+        cgroup.kill()
+    proc.wait()
+    errors = ""
+    if proc.stderr is not None:
+        errors = proc.stderr.read(4000).decode("utf-8", "replace")
+        proc.stderr.close()
+    return errors

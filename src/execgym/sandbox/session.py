@@ -45,7 +45,7 @@ from execgym.sandbox._results import interpret, sandbox_error
 from execgym.sandbox._rlimits import rlimits_for
 from execgym.sandbox._run import BASE_ENV
 from execgym.sandbox._seccomp import seccomp_program
-from execgym.sandbox._supervise import RunPipes, supervised
+from execgym.sandbox._supervise import RunPipes, stop_guest, supervised
 from execgym.sandbox._uids import UidBlock, process_block
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import WORK_DIR, BubblewrapSandbox
@@ -208,14 +208,7 @@ class Session:
         for queue in self._waiters.values():
             queue.put_nowait(({"closed": why}, []))
         if self._proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, 9)
-            if self._cgroup is not None:
-                self._cgroup.kill()
-            self._proc.wait()
-            if self._proc.stderr is not None:
-                errors = self._proc.stderr.read(4000).decode("utf-8", "replace")
-                self._proc.stderr.close()
+            errors = stop_guest(self._proc, cgroup=self._cgroup)
             self._proc = None
         if self._cgroup is not None:
             self._cgroup.remove()

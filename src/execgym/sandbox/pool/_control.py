@@ -29,6 +29,7 @@ from execgym.sandbox._process import memfd_with
 from execgym.sandbox._python import python_command
 from execgym.sandbox._run import BASE_ENV
 from execgym.sandbox._seccomp import seccomp_program
+from execgym.sandbox._supervise import stop_guest
 from execgym.sandbox._trusted import TrustedProgram, marshal_tag, registered_programs
 from execgym.sandbox._uids import UidBlock
 from execgym.sandbox.bwrap import WORK_DIR, read_only_binds, system_binds
@@ -256,12 +257,7 @@ class ZygoteControl:
             task.cancel()
         self._later.clear()
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, 9)
-            self.proc.wait()
-            if self.proc.stderr is not None:
-                errors = self.proc.stderr.read(4000).decode("utf-8", "replace")
-                self.proc.stderr.close()
+            errors = stop_guest(self.proc)
             self.proc = None
         if self._uids is not None:  # every run of the zygote is gone with it
             self._uids.release()

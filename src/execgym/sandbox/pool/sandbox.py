@@ -9,7 +9,6 @@ import json
 import logging
 import shutil
 from collections.abc import Sequence
-from types import TracebackType
 
 from execgym.environments.model import Environment
 from execgym.environments.mounts import run_env
@@ -78,16 +77,9 @@ class WarmPoolSandbox(BaseSandbox):
         self._lock = asyncio.Lock()
 
     async def __aenter__(self) -> WarmPoolSandbox:
+        """Start the zygote now (see :meth:`start`); leaving the block closes the pool."""
         await self.start()
         return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def start(self) -> None:
         """Start the zygote if it is not running.
