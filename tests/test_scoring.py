@@ -9,7 +9,7 @@ import pytest
 from execgym import Limits, Rollout, RolloutLine, Scorer, Task, Verdict
 from execgym.errors import SandboxSetupFailed
 from execgym.judges.assert_tests import START_MARKER, _parse_report, job_nonce
-from execgym.sandbox import Status
+from execgym.sandbox import RunRequest, RunResult, Status
 from execgym.tasks import LineProblem
 from execgym.testing import FakeCall, FakeSandbox, fake_result
 
@@ -119,7 +119,8 @@ async def test_a_crashing_judge_is_masked_not_zero(monkeypatch) -> None:
 async def test_score_streams_results_and_returns_them_in_input_order() -> None:
     delays = {0: 0.03, 1: 0.0, 2: 0.01}
 
-    async def slow_run(argv, *, stdin=b"", files=None, limits=None, env=None, want_report=False):
+    async def slow_run(request: RunRequest) -> RunResult:
+        stdin = request.stdin
         index = int(stdin.split(b"return ")[1].split(b"\n")[0])
         await asyncio.sleep(delays[index])
         nonce = job_nonce(stdin)
@@ -195,7 +196,8 @@ async def test_self_test_suggests_larger_limits_when_they_are_too_small() -> Non
 def _timed_box(delays: dict[int, float], running: list[int] | None = None) -> FakeSandbox:
     """A sandbox where rollout ``i`` (completion ``return i``) takes ``delays[i]`` s."""
 
-    async def slow_run(argv, *, stdin=b"", files=None, limits=None, env=None, want_report=False):
+    async def slow_run(request: RunRequest) -> RunResult:
+        stdin = request.stdin
         index = int(stdin.split(b"return ")[1].split(b"\n")[0])
         if running is not None:
             running.append(index)
