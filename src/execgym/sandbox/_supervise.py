@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from execgym.sandbox._cgroup import RunCgroup
 
@@ -99,7 +100,7 @@ class Supervisor:
 
     async def watch(
         self,
-        exited: asyncio.Future[object],
+        exited: asyncio.Future[Any],
         *,
         started: float,
         wall_time_s: float,
