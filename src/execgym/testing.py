@@ -108,7 +108,8 @@ def harness_pass(call: FakeCall) -> RunResult:
     Reads the run's nonce from the job on stdin, as the real harness does, so
     :class:`~execgym.AssertJudge` gives ``passed`` without anything running.
     """
-    from execgym.judges.assert_tests import START_MARKER, job_nonce
+    from execgym.judges.assert_tests import job_nonce
+    from execgym.judges.base import START_MARKER
 
     nonce = job_nonce(call.stdin)
     return fake_result(report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n')

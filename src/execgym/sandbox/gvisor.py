@@ -202,12 +202,12 @@ def _make_root(
     mounts = [_bind("/usr", "/usr")]
     (rootfs / "usr").mkdir()
     for name in _MERGED_USR:
-        host = Path("/") / name
-        if host.is_symlink():
-            (rootfs / name).symlink_to(os.readlink(host))
-        elif host.is_dir():
+        top = Path("/") / name
+        if top.is_symlink():
+            (rootfs / name).symlink_to(os.readlink(top))
+        elif top.is_dir():
             (rootfs / name).mkdir()
-            mounts.append(_bind(str(host), f"/{name}"))
+            mounts.append(_bind(str(top), f"/{name}"))
     for host, inside in read_only:
         (rootfs / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
         mounts.append(_bind(host, inside))
