@@ -323,8 +323,8 @@ async def test_the_cgroup_is_removed_even_when_we_fail(sandbox, needs_cgroup, mo
 
 
 async def test_a_run_stalled_at_its_memory_limit_is_a_memory_verdict() -> None:
-    from execgym.sandbox._process import ProcessOutcome
     from execgym.sandbox._results import interpret
+    from execgym.sandbox._supervise import ProcessOutcome
 
     outcome = ProcessOutcome(
         wait_status=9,
@@ -372,8 +372,8 @@ def test_an_allocation_failure_under_rlimit_as_is_a_memory_verdict(
 ) -> None:
     # Without a cgroup nothing sees the limit reached: the program's own allocation
     # error is the evidence (and only where RLIMIT_AS is what limits memory).
-    from execgym.sandbox._process import ProcessOutcome
     from execgym.sandbox._results import interpret
+    from execgym.sandbox._supervise import ProcessOutcome
 
     outcome = ProcessOutcome(
         wait_status=wait_status,

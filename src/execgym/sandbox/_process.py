@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 
 from execgym.sandbox._cgroup import RunCgroup
 from execgym.sandbox._proctree import total_bytes_written, tree_cpu_time_s, tree_rss_bytes
-from execgym.sandbox._supervise import RunPipes, Supervisor, supervised
+from execgym.sandbox._supervise import (
+    ProcessOutcome,
+    RunPipes,
+    outcome_of,
+    supervised,
+)
 
 REPORT_FD = 3
 """The fd number of the harness report channel inside the sandbox."""
@@ -88,25 +93,6 @@ class ProcessSpec:
     memory_bytes: int | None = None
     count_writes: bool = False
     stdin_mode: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessOutcome:
-    """What one process tree did, before any interpretation by a backend."""
-
-    wait_status: int
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool
-    stderr_truncated: bool
-    report: bytes
-    wall_time_s: float
-    cpu_time_s: float
-    peak_memory_bytes: int | None
-    killed_for: str | None  # the Limits field we killed it for, if we did
-    oom_killed: bool
-    processes_started: int | None = None
-    bytes_written: int | None = None
 
 
 def memfd_with(data: bytes, name: str = "execgym") -> int:
@@ -577,31 +563,3 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         ),
     )
     return dataclasses.replace(outcome, bytes_written=written)
-
-
-def outcome_of(
-    watcher: Supervisor,
-    *,
-    wait_status: int,
-    wall_time_s: float,
-    cgroup: RunCgroup | None,
-    rusage_cpu_s: float,
-    rusage_peak_bytes: int | None,
-) -> ProcessOutcome:
-    """Collect a supervised run's outcome; the cgroup's figures win over rusage."""
-    cpu = cgroup.cpu_time_s() if cgroup is not None else None
-    peak = cgroup.peak_memory_bytes() if cgroup is not None else None
-    captures = watcher.captures
-    return ProcessOutcome(
-        wait_status=wait_status,
-        stdout=bytes(captures["stdout"].data),
-        stderr=bytes(captures["stderr"].data),
-        stdout_truncated=captures["stdout"].overflowed,
-        stderr_truncated=captures["stderr"].overflowed,
-        report=bytes(captures["report"].data),
-        wall_time_s=wall_time_s,
-        cpu_time_s=cpu if cpu is not None else rusage_cpu_s,
-        peak_memory_bytes=peak if peak is not None else rusage_peak_bytes,
-        killed_for=watcher.killed_for,
-        oom_killed=cgroup.oom_killed() if cgroup is not None else False,
-    )

@@ -7,7 +7,7 @@ import os
 import signal as signals
 from collections.abc import Mapping
 
-from execgym.sandbox._process import ProcessOutcome
+from execgym.sandbox._supervise import ProcessOutcome
 from execgym.sandbox.base import RunResult, Status
 
 _KILL_STATUS = {

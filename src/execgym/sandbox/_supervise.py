@@ -1,8 +1,9 @@
 """Watch one running program: read its pipes with caps and enforce its clocks.
 
 Shared by every way of starting a run (a launched ``bwrap``, a fork of the warm pool's
-zygote, a session's command), through :class:`RunPipes` and :func:`supervised`: the
-caller starts the program and says how to kill it; the supervisor reads
+zygote, a session's command), through :class:`RunPipes`, :func:`supervised` and
+:func:`outcome_of` (what the run did, as a :class:`ProcessOutcome`): the caller starts
+the program and says how to kill it; the supervisor reads
 stdout, stderr and the report channel while it runs, kills it when it writes too much or
 its wall-clock or CPU budget is spent, and waits for it to end.
 """
@@ -43,6 +44,25 @@ class Capture:
         else:
             self.data += chunk
         return self.overflowed
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOutcome:
+    """What one process tree did, before any interpretation by a backend."""
+
+    wait_status: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    report: bytes
+    wall_time_s: float
+    cpu_time_s: float
+    peak_memory_bytes: int | None
+    killed_for: str | None  # the Limits field we killed it for, if we did
+    oom_killed: bool
+    processes_started: int | None = None
+    bytes_written: int | None = None
 
 
 class Supervisor:
@@ -257,3 +277,31 @@ def stop_guest(proc: subprocess.Popen[bytes], *, cgroup: RunCgroup | None = None
         errors = proc.stderr.read(4000).decode("utf-8", "replace")
         proc.stderr.close()
     return errors
+
+
+def outcome_of(
+    watcher: Supervisor,
+    *,
+    wait_status: int,
+    wall_time_s: float,
+    cgroup: RunCgroup | None,
+    rusage_cpu_s: float,
+    rusage_peak_bytes: int | None,
+) -> ProcessOutcome:
+    """Collect a supervised run's outcome; the cgroup's figures win over rusage."""
+    cpu = cgroup.cpu_time_s() if cgroup is not None else None
+    peak = cgroup.peak_memory_bytes() if cgroup is not None else None
+    captures = watcher.captures
+    return ProcessOutcome(
+        wait_status=wait_status,
+        stdout=bytes(captures["stdout"].data),
+        stderr=bytes(captures["stderr"].data),
+        stdout_truncated=captures["stdout"].overflowed,
+        stderr_truncated=captures["stderr"].overflowed,
+        report=bytes(captures["report"].data),
+        wall_time_s=wall_time_s,
+        cpu_time_s=cpu if cpu is not None else rusage_cpu_s,
+        peak_memory_bytes=peak if peak is not None else rusage_peak_bytes,
+        killed_for=watcher.killed_for,
+        oom_killed=cgroup.oom_killed() if cgroup is not None else False,
+    )

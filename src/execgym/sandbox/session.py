@@ -39,13 +39,13 @@ from execgym.errors import SandboxError, SandboxSetupFailed
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox._cgroup import RunCgroup
 from execgym.sandbox._paths import archive_files
-from execgym.sandbox._process import ProcessSpec, _make_preexec, memfd_with, outcome_of
+from execgym.sandbox._process import ProcessSpec, _make_preexec, memfd_with
 from execgym.sandbox._python import python_command
 from execgym.sandbox._results import interpret, sandbox_error
 from execgym.sandbox._rlimits import rlimits_for
 from execgym.sandbox._run import BASE_ENV
 from execgym.sandbox._seccomp import seccomp_program
-from execgym.sandbox._supervise import RunPipes, stop_guest, supervised
+from execgym.sandbox._supervise import RunPipes, outcome_of, stop_guest, supervised
 from execgym.sandbox._uids import UidBlock, process_block
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import WORK_DIR, BubblewrapSandbox

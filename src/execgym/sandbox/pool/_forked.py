@@ -20,10 +20,10 @@ from typing import Any
 from execgym.errors import SandboxSetupFailed
 from execgym.limits import Limits
 from execgym.sandbox._cgroup import RunCgroup
-from execgym.sandbox._process import ProcessOutcome, memfd_with, outcome_of
+from execgym.sandbox._process import memfd_with
 from execgym.sandbox._results import interpret
 from execgym.sandbox._run import enforcement_of
-from execgym.sandbox._supervise import RunPipes, supervised
+from execgym.sandbox._supervise import ProcessOutcome, RunPipes, outcome_of, supervised
 from execgym.sandbox.base import RunResult
 from execgym.sandbox.bwrap import SANDBOX_UID
 from execgym.sandbox.pool._control import ZygoteControl
