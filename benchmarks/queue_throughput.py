@@ -4,7 +4,7 @@ In one run, in alternating rounds (so both see the same machine load), each way 
 the same number of sandboxes at once:
 
 - **embedded**: the trainer's client, a :class:`~execgym.broker.MemoryBroker` and one
-  :class:`~execgym.worker.Worker` in one process, as ``execgym score`` runs by default;
+  :class:`~execgym.broker.worker.Worker` in one process, as ``execgym score`` runs by default;
 - **redis**: the same client submitting to a redis-server started here (AOF on,
   ``appendfsync everysec``), consumed by one ``execgym worker`` process, as deployed;
 - **redis, worker in-process**: the same Redis, with the worker in this process as in
@@ -37,9 +37,9 @@ from execgym import Rollout, RolloutLine, Scorer, Task, canonical_rollouts, load
 from execgym.broker import BrokerSettings, MemoryBroker, make_jobs, score_jobs
 from execgym.broker.base import Broker
 from execgym.broker.redis_streams import RedisStreamsBroker
+from execgym.broker.worker import Worker, WorkerSettings
 from execgym.sandbox import Sandbox, WarmPoolSandbox
 from execgym.testing import FakeSandbox, RedisServer, harness_pass
-from execgym.worker import Worker, WorkerSettings
 
 SETTINGS = BrokerSettings(visibility_timeout_s=60)
 

@@ -19,7 +19,7 @@ import pytest
 from execgym._results_file import ResultsFile
 from execgym.cli.score_batch import Outcome, _write_all
 from execgym.ops import logs
-from execgym.scoring import _invalid
+from execgym.scoring.results import invalid_result
 
 
 class Terminal(io.StringIO):
@@ -42,7 +42,7 @@ def test_log_records_do_not_break_the_progress_bar(
     async def run(write):  # type: ignore[no-untyped-def]
         for index in range(3):
             log.warning("sandbox_error task_id=t/%d attempt=1: slow host", index)
-            write(_invalid(index, f"t/{index}", f"r{index}", "bad", "none"))
+            write(invalid_result(index, f"t/{index}", f"r{index}", "bad", "none"))
 
     sink = ResultsFile(tmp_path / "results.jsonl")
     try:

@@ -110,7 +110,7 @@ async def test_a_crashing_judge_is_masked_not_zero(monkeypatch) -> None:
     async def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("bug in execgym")
 
-    monkeypatch.setattr(scorer.judge, "judge", boom)
+    monkeypatch.setattr(scorer.judges.judge_for(TASK), "judge", boom)
     result = await scorer.score_one(line(0))
     assert result.verdict is Verdict.SANDBOX_ERROR
     assert result.reward is None

@@ -15,9 +15,9 @@ import re
 
 from execgym.broker import BrokerSettings
 from execgym.broker.redis_streams import RedisStreamsBroker
+from execgym.broker.worker import Worker, WorkerSettings, serve
 from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
 from execgym.testing import FakeSandbox, harness_pass
-from execgym.worker import Worker, WorkerSettings, serve
 
 
 class ScriptedSandbox(BaseSandbox):

@@ -11,12 +11,12 @@ from execgym.broker import JobMessage, ResultMessage, score_jobs, score_rollouts
 from execgym.broker.base import Broker, BrokerSettings
 from execgym.broker.memory import MemoryBroker
 from execgym.broker.redis_streams import RedisStreamsBroker
+from execgym.broker.worker import Worker, WorkerSettings
 from execgym.errors import MessageError, QueueFull
 from execgym.judges.base import Verdict
 from execgym.sandbox import Status
 from execgym.tasks import LineProblem
 from execgym.testing import FakeSandbox, fake_result, harness_pass
-from execgym.worker import Worker, WorkerSettings
 from tests.broker.conftest import TASK, job
 
 

@@ -18,9 +18,9 @@ import pytest
 
 from execgym.broker import ResultMessage, score_jobs
 from execgym.broker.redis_streams import RedisStreamsBroker
+from execgym.broker.worker import Worker, WorkerSettings
 from execgym.errors import BrokerError, JobsLost
 from execgym.testing import FakeSandbox, harness_pass
-from execgym.worker import Worker, WorkerSettings
 from tests.broker.conftest import FAST, RedisServer, job, spawn_fake_worker
 
 

@@ -1,6 +1,6 @@
 """What must hold when things break, against a real redis-server and worker processes.
 
-Workers here are real :class:`execgym.worker.Worker` processes over Redis whose sandbox
+Workers here are real :class:`execgym.broker.worker.Worker` processes over Redis whose sandbox
 is scripted (tests/broker/fake_worker.py: every job passes, ``SLEEP_S=`` takes time,
 ``CRASH_WORKER`` kills the worker), so what is tested is the queue, not the sandbox.
 """

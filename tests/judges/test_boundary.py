@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from execgym import Scorer
+from execgym import RolloutLine, Scorer
 from execgym.judges import AssertJudge, Verdict
 from execgym.judges.function_call import FunctionCallJudge
 from execgym.limits import Limits, MiB
-from execgym.scoring import RolloutLine
 from execgym.tasks import Rollout, Task
 from execgym.tasks.datasets import load_builtin
 
@@ -76,7 +75,8 @@ async def test_function_call_state_does_not_carry_from_case_to_case(hack_sandbox
     result = await judge_.judge(task, COUNTER, hack_sandbox, LIMITS)
     assert result.verdict is Verdict.FAILED, result.message
     assert result.details["state"] == "fresh"
-    shared = await judge_.judge(task, COUNTER, hack_sandbox, LIMITS, state="shared")
+    shared_task = task.model_copy(update={"state": "shared"})  # the state is the task's
+    shared = await judge_.judge(shared_task, COUNTER, hack_sandbox, LIMITS)
     assert shared.verdict is Verdict.PASSED, shared.message
     assert shared.details["state"] == "shared"
 

@@ -10,6 +10,7 @@ import pytest
 
 from execgym.broker.client import make_jobs
 from execgym.broker.memory import MemoryBroker
+from execgym.broker.worker import Worker, WorkerSettings
 from execgym.errors import ConfigError
 from execgym.judges.base import Verdict
 from execgym.ops.breakers import (
@@ -27,7 +28,6 @@ from execgym.scoring import Scorer
 from execgym.tasks.loaders import RolloutLine
 from execgym.tasks.models import Rollout, Task
 from execgym.testing import FakeCall, FakeSandbox, fake_result, harness_pass
-from execgym.worker import Worker, WorkerSettings
 
 
 class Clock:
@@ -388,17 +388,19 @@ async def test_garbage_rollouts_crashing_a_checker_never_quarantine_the_data_set
     assert breakers.views()["Judged"].failures == 0
 
 
-async def test_an_exception_of_execgyms_own_code_is_masked_but_never_counted() -> None:
+async def test_an_exception_of_execgyms_own_code_is_masked_but_never_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A judge crashing on a rollout's data is our bug (masked, so a correct answer is not
     punished), but the rollout may have triggered it: it never opens a breaker."""
 
-    class Crashing(Scorer):
-        async def judge_rollout(self, task, rollout, limits):  # type: ignore[no-untyped-def]
-            raise OverflowError("int too large to convert to float")
+    async def crash(*args: object, **kwargs: object) -> None:
+        raise OverflowError("int too large to convert to float")
 
     breakers = Breakers(BreakerPolicy(failures=2))
     good = task("Crashy/1")
-    scorer = Crashing({good.task_id: good}, FakeSandbox(harness_pass), breakers=breakers)
+    scorer = Scorer({good.task_id: good}, FakeSandbox(harness_pass), breakers=breakers)
+    monkeypatch.setattr(scorer.judges.judge_for(good), "judge", crash)
     results = await scorer.score(rollouts([good] * 4), workers=1)
     assert [(r.verdict, r.reward) for r in results] == [(Verdict.SANDBOX_ERROR, None)] * 4
     assert breakers.state("Crashy") is BreakerState.CLOSED

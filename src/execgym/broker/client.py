@@ -26,8 +26,8 @@ from execgym.broker.base import Broker
 from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.errors import BrokerError, BrokerUnavailable, JobsLost
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult
-from execgym.scoring import ScoredRollout, Scorer
+from execgym.scoring.core import score_unusable
+from execgym.scoring.results import ScoredRollout
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Task
 
@@ -48,8 +48,8 @@ def make_jobs(
 
     Returns:
         The jobs, and the items that cannot be sent (unusable lines, unknown tasks):
-        score those locally with :meth:`execgym.Scorer.score_one`, which makes them
-        ``invalid`` results without running anything.
+        score those locally with :func:`execgym.scoring.core.score_unusable`, which
+        makes them ``invalid`` results without running anything.
     """
     batch = batch_id or uuid.uuid4().hex
     now = time.time()
@@ -302,15 +302,6 @@ async def score_jobs(
                     await task
 
 
-class _NothingRuns(BaseSandbox):
-    """The sandbox handed to the scorer for items that cannot be sent: never called."""
-
-    name = "remote"
-
-    async def run(self, request: RunRequest) -> RunResult:
-        raise AssertionError("an item scored locally must not run")
-
-
 async def score_rollouts(
     broker: Broker,
     tasks: Mapping[str, Task],
@@ -326,8 +317,10 @@ async def score_rollouts(
     first (or in their place, when ``ordered``).
     """
     jobs, local = make_jobs(tasks, items, limits)
-    scorer = Scorer(dict(tasks), _NothingRuns(), limits, skipped_tasks=skipped_tasks)
-    invalid = sorted([await scorer.score_one(item) for item in local], key=lambda r: r.index)
+    invalid = sorted(
+        [score_unusable(item, skipped_tasks=skipped_tasks, isolation="remote") for item in local],
+        key=lambda r: r.index,
+    )
     if not ordered:
         for scored in invalid:
             yield scored

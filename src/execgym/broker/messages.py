@@ -16,10 +16,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from execgym.errors import Error, MessageError
-from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.sandbox.base import RunResult, Status
-from execgym.scoring import ScoredRollout
+from execgym.scoring.results import ScoredRollout
 from execgym.tasks.models import Rollout, Task
 
 MESSAGE_VERSION = 1
@@ -144,52 +142,13 @@ class ResultMessage(_Message):
     def scored(self) -> ScoredRollout:
         """The result as a :class:`~execgym.ScoredRollout` (its output is the kept tail).
 
+        Read by :meth:`~execgym.ScoredRollout.from_json`: ``details`` and
+        ``reward_breakdown`` included.
+
         Raises:
             MessageError: if ``result`` lacks a field a result line always has.
         """
         try:
-            return _scored_from_json(self.result, self.run_status)
-        except (KeyError, ValueError, TypeError) as error:
+            return ScoredRollout.from_json(self.result, self.run_status)
+        except ValueError as error:
             raise MessageError(f"result of job {self.job_id!r} is malformed: {error!r}") from error
-
-
-def _scored_from_json(data: dict[str, Any], run_status: str | None) -> ScoredRollout:
-    verdict = Verdict(data["verdict"])
-    run = None
-    if run_status is not None:
-        run = RunResult(
-            status=Status(run_status),
-            exit_code=data["exit_code"],
-            signal=data["signal"],
-            stdout=data["stdout_tail"].encode(),
-            stderr=data["stderr_tail"].encode(),
-            stdout_truncated=data["stdout_truncated"],
-            stderr_truncated=data["stderr_truncated"],
-            wall_time_s=data["wall_time_s"],
-            cpu_time_s=data["cpu_time_s"],
-            peak_memory_bytes=data["peak_memory_bytes"],
-            processes_started=data.get("processes_started"),
-            bytes_written=data.get("bytes_written"),
-            isolation=data["isolation"],
-            limit_hit=data["limit_hit"],
-            enforcement=data["enforcement"],
-        )
-    error = data.get("error")
-    judgement = Judgement(
-        verdict,
-        run=run,
-        error=ErrorDetail(error["type"], error["message"], error["traceback"]) if error else None,
-        message=data["message"],
-    )
-    return ScoredRollout(
-        index=data["index"],
-        task_id=data["task_id"],
-        rollout_id=data["rollout_id"],
-        verdict=verdict,
-        reward=data["reward"],
-        judgement=judgement,
-        isolation=data["isolation"],
-        attempts=data["attempts"],
-        message=data["message"],
-        limits=data.get("limits"),
-    )

@@ -17,9 +17,9 @@ from typing import Any
 import click
 
 from execgym.broker import BrokerSettings, open_broker
+from execgym.broker.worker import describe_broker
 from execgym.cli.options import json_flag, prefix_option, token_option
 from execgym.errors import Error
-from execgym.worker import describe_broker
 
 
 def _request(url: str, token: str | None, *, method: str = "GET") -> Any:

@@ -1,7 +1,7 @@
 """``execgym worker``: judge jobs from a broker in sandboxes until SIGTERM.
 
-The loop itself is :func:`execgym.worker.run_node`; this module turns the options into a
-:class:`~execgym.worker.Worker` and serves its metrics when asked.
+The loop itself is :func:`execgym.broker.worker.run_node`; this module turns the options into a
+:class:`~execgym.broker.worker.Worker` and serves its metrics when asked.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def worker(
       execgym worker --broker redis://localhost:6379/0 --check
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     from execgym.broker import BrokerSettings, open_broker
-    from execgym.worker import Worker, WorkerSettings, describe_broker, run_node
+    from execgym.broker.worker import Worker, WorkerSettings, describe_broker, run_node
 
     settings = BrokerSettings(visibility_timeout_s=visibility_timeout_s)
     try:

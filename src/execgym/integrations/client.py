@@ -32,9 +32,8 @@ from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.ops.breakers import Breakers
 from execgym.reward import RewardSpec, load_spec
 from execgym.sandbox.base import Sandbox
-from execgym.scoring import Scorer
+from execgym.scoring.core import Scoring, score_rollout
 from execgym.sync_bridge import BackgroundLoop
-from execgym.tasks.loaders import RolloutLine
 from execgym.tasks.models import Rollout, Task
 
 
@@ -90,6 +89,7 @@ class RewardClient:
         self.limits = limits
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
+        self._scoring: Scoring | None = None  # made with the sandbox: its judges are kept
         self._slots = asyncio.Semaphore(max(1, concurrency or os.cpu_count() or 1))
 
     async def __aenter__(self) -> RewardClient:
@@ -112,7 +112,7 @@ class RewardClient:
 
     async def aclose(self) -> None:
         """Close the sandbox if the client made it; idempotent."""
-        box, self._sandbox = self._sandbox, None
+        box, self._sandbox, self._scoring = self._sandbox, None, None
         if box is not None and self._owns_sandbox:
             await box.aclose()
 
@@ -122,18 +122,13 @@ class RewardClient:
         The scorer reduces ``completion`` to its code with
         :func:`~execgym.tasks.extract.extract_code` for the task's language.
         """
-        code = completion
+        rollout = Rollout(task_id=task.task_id, completion=completion)
         async with self._slots:
-            scorer = Scorer(
-                {task.task_id: task},
-                self._box(),
-                self.limits,
-                reward=self.spec,
-                breakers=self.breakers,
-            )
-            result = await scorer.score_one(
-                RolloutLine(0, Rollout(task_id=task.task_id, completion=code))
-            )
+            if self._scoring is None:
+                self._scoring = Scoring(
+                    self._box(), self.limits, reward=self.spec, breakers=self.breakers
+                )
+            result = await score_rollout(self._scoring, task, rollout)
         breakdown = result.reward_breakdown.to_json() if result.reward_breakdown else None
         return SampleScore(result.reward, result.verdict.value, result.message, breakdown)
 

@@ -18,6 +18,8 @@ harness of :mod:`execgym.judges.assert_tests` instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from execgym.judges.base import RUN_STATUS_VERDICT, ErrorDetail, Judgement, Verdict, tail_text
 from execgym.judges.compile import Builder, compile_limits_for
 from execgym.limits import Limits
@@ -64,7 +66,13 @@ class NativeAssertJudge:
         self.builder = builder or Builder()
 
     async def judge(
-        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        files: Mapping[str, str] | None = None,
     ) -> Judgement:
         """Build and run ``prompt + completion + tests`` once; exit code 0 passes."""
         preamble = _PREAMBLES.get(task.language, "")

@@ -8,6 +8,7 @@ import importlib.util
 import marshal
 import secrets
 import warnings
+from collections.abc import Mapping
 
 from execgym.judges._cases import split_cases
 from execgym.judges._programs import (  # marshalled_program: re-exported
@@ -327,12 +328,22 @@ class AssertJudge:
     The harness (:mod:`execgym.judges._assert_runner`) runs the tests; the solution runs
     in a child process it calls through a pipe with plain data, which never holds the
     report channel (fd 3), the run's nonce or the tests. See SECURITY.md.
+
+    Args:
+        cases: Count the passing top-level statements of ``check`` (partial credit,
+            ``details["cases_passed"]`` and ``["cases_total"]``) instead of stopping
+            at the first failing assert.
+        measure_reference: Also run the task's reference, first, in the same run, and
+            measure both: ``details["reference_cpu_s"]``, ``["reference_maxrss_kb"]``,
+            ``["cpu_s"]``, ``["maxrss_kb"]``. Ignored for a task without a reference.
     """
 
     name = "assert"
 
-    def __init__(self) -> None:
+    def __init__(self, *, cases: bool = False, measure_reference: bool = False) -> None:
         self._runner = runner_program()
+        self.cases = cases
+        self.measure_reference = measure_reference
 
     async def judge(
         self,
@@ -341,31 +352,25 @@ class AssertJudge:
         sandbox: Sandbox,
         limits: Limits,
         *,
-        cases: bool = False,
-        measure_reference: bool = False,
-        state: str | None = None,
+        files: Mapping[str, str] | None = None,
     ) -> Judgement:
         """Run one rollout's completion against ``task``'s tests in ``sandbox``.
+
+        The task's ``state`` (``fresh`` or ``shared`` state across the calls the tests
+        make, see :func:`encode_job`) is used; the result's ``details["state"]`` says
+        which ran. ``files`` are ignored (see :class:`~execgym.judges.base.Judge`).
 
         Args:
             task: The task.
             completion: The model's code.
             sandbox: Where to run.
             limits: The run's limits.
-            cases: Count the passing top-level statements of ``check`` (partial credit,
-                ``details["cases_passed"]`` and ``["cases_total"]``) instead of stopping
-                at the first failing assert.
-            measure_reference: Also run the task's reference, first, in the same run,
-                and measure both: ``details["reference_cpu_s"]``,
-                ``["reference_maxrss_kb"]``, ``["cpu_s"]``, ``["maxrss_kb"]``. Ignored
-                for a task without a reference.
-            state: ``fresh`` or ``shared`` state across the calls the tests make (see
-                :func:`encode_job`); ``None`` takes the task's ``state``. The result's
-                ``details["state"]`` says which ran.
+            files: Ignored.
 
         Returns:
             The :class:`Judgement`; a sandbox failure is ``Verdict.SANDBOX_ERROR``.
         """
+        cases, measure_reference, state = self.cases, self.measure_reference, task.state
         nonce = secrets.token_hex(16)
         reference = None
         if measure_reference and task.reference is not None:
@@ -378,11 +383,11 @@ class AssertJudge:
             context=test_context(task),
             mode="cases" if cases else "check",
             reference=reference,
-            state=state or task.state,
+            state=state,
         )
         run = await sandbox.run(
             RunRequest(python_source=self._runner, stdin=job, limits=limits, want_report=True)
         )
         judgement = interpret_run(run, nonce)
-        judgement.details.setdefault("state", state or task.state)  # also without a report
+        judgement.details.setdefault("state", state)  # also without a report
         return judgement

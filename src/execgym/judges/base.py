@@ -1,13 +1,24 @@
-"""What a judge says about one rollout: a :class:`Verdict` and its evidence."""
+"""The judge contract: a :class:`Judge`, its :class:`Judgement`, and :func:`judge_for`.
+
+What a judge is given (:class:`Judge`), what it says (a :class:`Judgement` with its
+:class:`Verdict`), and which judge a task goes to (:func:`judge_for`, :class:`JudgeSet`).
+"""
 
 from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from execgym.sandbox.base import RunResult, Status
+
+if TYPE_CHECKING:
+    from execgym.judges.compile import Builder
+    from execgym.limits import Limits
+    from execgym.sandbox.base import Sandbox
+    from execgym.tasks.models import Task
 
 
 class Verdict(enum.Enum):
@@ -142,3 +153,130 @@ def harness_report(run: RunResult, nonce: str, what: str) -> Judgement | dict[st
             Verdict.ERROR, run, ErrorDetail("NoReport", message, tail_text(run.stderr)), message
         )
     return report
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """What every judge is: one call that runs a rollout against a task's tests.
+
+    Everything a kind of judge needs besides these arguments is either in the
+    :class:`~execgym.tasks.models.Task` (its tests, cases, ``state``, checker) or given
+    to the judge's constructor (the :class:`~execgym.judges.compile.Builder`, what the
+    reward specification asks to be measured).
+
+    Attributes:
+        name: The judge's short name (``"assert"``, ``"stdio"``, ...).
+    """
+
+    name: str
+
+    async def judge(
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        files: Mapping[str, str] | None = None,
+    ) -> Judgement:
+        """Judge one rollout.
+
+        Args:
+            task: The task whose tests are run.
+            completion: The rollout's code (already reduced from markdown).
+            sandbox: Where every program runs.
+            limits: The run's limits (the task's overrides already applied).
+            files: The rollout's further files, ``{name: contents}``; only ``pytest``
+                tasks have a place for them, other judges ignore them.
+
+        Returns:
+            The verdict and its evidence; a failure of the sandbox is a
+            ``sandbox_error`` judgement or an :class:`~execgym.errors.Error` raised.
+
+        Raises:
+            TaskError, ConfigError: when the task or the settings are unusable.
+        """
+        ...
+
+
+class JudgeSet:
+    """One judge per kind of task, each made on first use and kept.
+
+    A judge builds its harness (and native ones compile theirs) when made, which a
+    batch of one kind never needs, so none is made before a task of its kind comes.
+
+    Args:
+        builder: Compiles sources for the judges that need it (default:
+            :class:`~execgym.judges.compile.Builder` on the default cache directory).
+        cases: The Python assert judge counts passing cases (partial credit).
+        measure_reference: The Python assert judge also measures the task's reference.
+        python_assert: The judge of Python ``assert`` tasks in place of
+            :class:`~execgym.judges.AssertJudge` (a coverage reward's
+            :class:`~execgym.reward.coverage.CoverageJudge`, which judges the completion
+            as tests). What a reward specification asks for is turned into these by
+            :class:`execgym.scoring.core.Scoring`.
+    """
+
+    def __init__(
+        self,
+        builder: Builder | None = None,
+        *,
+        cases: bool = False,
+        measure_reference: bool = False,
+        python_assert: Judge | None = None,
+    ) -> None:
+        self._builder = builder
+        self._cases = cases
+        self._measure_reference = measure_reference
+        self._made: dict[str, Judge] = {} if python_assert is None else {"assert": python_assert}
+
+    @property
+    def builder(self) -> Builder:
+        """The builder shared by the compiling judges (made on first use)."""
+        if self._builder is None:
+            from execgym.judges.compile import Builder
+
+            self._builder = Builder()
+        return self._builder
+
+    def judge_for(self, task: Task) -> Judge:
+        """The judge of ``task``'s kind and language (the same object on every call).
+
+        ``assert`` in Python: :class:`~execgym.judges.AssertJudge` (or the
+        ``python_assert`` judge given); ``assert`` in other
+        languages: :class:`~execgym.judges.NativeAssertJudge`; ``stdio``,
+        ``function_call``, ``pytest``, ``unittest``: the judge of that name.
+        """
+        key = task.kind if task.kind != "assert" or task.language == "python" else "native"
+        judge = self._made.get(key)
+        if judge is None:
+            judge = self._made[key] = self._make(key)
+        return judge
+
+    def _make(self, key: str) -> Judge:
+        from execgym.judges.assert_native import NativeAssertJudge
+        from execgym.judges.assert_tests import AssertJudge
+        from execgym.judges.function_call import FunctionCallJudge
+        from execgym.judges.pytest_tests import PytestJudge
+        from execgym.judges.stdio import StdioJudge
+        from execgym.judges.unittest_tests import UnittestJudge
+
+        if key == "stdio":
+            return StdioJudge(self.builder)
+        if key == "function_call":
+            return FunctionCallJudge()
+        if key == "pytest":
+            return PytestJudge()
+        if key == "unittest":
+            return UnittestJudge()
+        if key == "native":
+            return NativeAssertJudge(self.builder)
+        return AssertJudge(cases=self._cases, measure_reference=self._measure_reference)
+
+
+def judge_for(task: Task, *, builder: Builder | None = None) -> Judge:
+    """The judge for ``task`` (see :meth:`JudgeSet.judge_for`), made afresh.
+
+    To judge many rollouts, keep a :class:`JudgeSet`: it makes each judge once.
+    """
+    return JudgeSet(builder).judge_for(task)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from execgym.judges._plain_data import make_codec
@@ -146,13 +147,14 @@ class FunctionCallJudge:
         sandbox: Sandbox,
         limits: Limits,
         *,
-        state: str | None = None,
+        files: Mapping[str, str] | None = None,
     ) -> Judgement:
         """Call ``task.fn_name`` on every case in ``sandbox`` and compare the results.
 
-        ``state``: ``fresh`` or ``shared`` (Python; ``None`` takes the task's ``state``):
-        whether each case sees the solution's module as freshly imported; the result's
-        ``details["state"]`` says which ran.
+        The task's ``state``, ``fresh`` or ``shared`` (Python), says whether each case
+        sees the solution's module as freshly imported; the result's
+        ``details["state"]`` says which ran. ``files`` are ignored (see
+        :class:`~execgym.judges.base.Judge`).
         """
         if task.case_time_limit_s is not None:
             total = task.case_time_limit_s * len(task.test_cases) + 2.0
@@ -177,13 +179,13 @@ class FunctionCallJudge:
                 RunRequest(
                     python_source=self._runner,
                     stdin=encode_python_call_job(
-                        nonce, task, build_program(task, completion), state or task.state
+                        nonce, task, build_program(task, completion), task.state
                     ),
                     limits=limits,
                     want_report=True,
                 )
             )
             judgement = interpret_call_run(task, run, nonce)
-            judgement.details.setdefault("state", state or task.state)  # also without a report
+            judgement.details.setdefault("state", task.state)  # also without a report
             return judgement
         return interpret_call_run(task, run, nonce)

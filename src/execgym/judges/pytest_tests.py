@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -235,7 +236,8 @@ class PytestJudge:
         completion: str,
         sandbox: Sandbox,
         limits: Limits,
-        files: dict[str, str] | None = None,
+        *,
+        files: Mapping[str, str] | None = None,
     ) -> Judgement:
         """Run the task's test files against the rollout (``completion`` and ``files``)."""
         if python_libraries() is None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from importlib import resources
 
 from execgym.judges.base import Judgement, Verdict, tail_text
@@ -109,7 +110,13 @@ class StdioJudge:
         self._reference_checks: dict[str, str] = {}  # checker+case -> "" (accepts) or why not
 
     async def judge(
-        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        files: Mapping[str, str] | None = None,
     ) -> Judgement:
         """Run ``completion`` on every case of ``task`` (or up to the first failure)."""
         program = await self.builder.build(

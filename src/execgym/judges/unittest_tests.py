@@ -39,6 +39,7 @@ import re
 import secrets
 import sys
 import tempfile
+from collections.abc import Mapping
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
@@ -151,7 +152,13 @@ class UnittestJudge:
         self._fonts = _FontCache()
 
     async def judge(
-        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        files: Mapping[str, str] | None = None,
     ) -> Judgement:
         """Run the task's ``TestCases`` against the completion in one sandboxed process.
 

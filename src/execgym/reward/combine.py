@@ -66,6 +66,19 @@ class RewardBreakdown:
             "explanation": self.explanation,
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RewardBreakdown:
+        """The breakdown :meth:`to_json` wrote as ``data`` (components in its order).
+
+        Raises:
+            KeyError, TypeError: if ``data`` lacks a field or has one of the wrong kind.
+        """
+        components = tuple(
+            ComponentScore(kind, part["score"], part["weight"], part["detail"])
+            for kind, part in data["components"].items()
+        )
+        return cls(data["total"], data["spec"], components, data["explanation"])
+
 
 def combine(
     spec_name: str, scores: list[ComponentScore], *, penalties: frozenset[str]

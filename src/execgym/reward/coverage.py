@@ -17,6 +17,7 @@ reference (a test that fails on correct code is wrong), ``failed`` otherwise.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -120,3 +121,31 @@ async def measure_coverage(
     details = {"line_coverage": line, "branch_coverage": branch, "calls": payload.get("calls")}
     verdict = Verdict.PASSED if payload["verdict"] == "passed" else Verdict.FAILED
     return Judgement(verdict, run, message=str(payload.get("message", "")), details=details)
+
+
+class CoverageJudge:
+    """The judge of a Python ``assert`` task whose completion is tests.
+
+    It runs them against the task's reference under coverage (:func:`measure_coverage`).
+
+    :class:`~execgym.judges.base.JudgeSet` picks it when the reward specification has
+    a coverage component.
+    """
+
+    name = "coverage"
+
+    async def judge(
+        self,
+        task: Task,
+        completion: str,
+        sandbox: Sandbox,
+        limits: Limits,
+        *,
+        files: Mapping[str, str] | None = None,
+    ) -> Judgement:
+        """:func:`measure_coverage` of ``completion`` (tests) on ``task``; ``files`` ignored.
+
+        Raises:
+            ConfigError: if the task has no reference, or coverage.py is missing.
+        """
+        return await measure_coverage(task, completion, sandbox, limits)

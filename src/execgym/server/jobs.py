@@ -21,7 +21,9 @@ from execgym.ops.breakers import Breakers, dataset_of
 from execgym.ops.logs import log_context
 from execgym.ops.metrics import Metrics, timed
 from execgym.sandbox.base import Sandbox
-from execgym.scoring import TAIL_BYTES, ScoredRollout, Scorer
+from execgym.scoring.batch import score_batch
+from execgym.scoring.core import Scoring
+from execgym.scoring.results import TAIL_BYTES, ScoredRollout
 from execgym.server.capacity import Capacity
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Task
@@ -150,6 +152,8 @@ class EmbeddedJobRunner:
         self._clock = clock
         self._jobs: dict[str, _Job] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # One for every job (its judges are made once); each job gives its own limits.
+        self._scoring = Scoring(sandbox, breakers=breakers, metrics=metrics)
 
     async def submit(self, batch: Batch) -> str:
         """Accept ``batch``; see :meth:`JobRunner.submit`."""
@@ -174,14 +178,6 @@ class EmbeddedJobRunner:
             self._metrics.jobs_submitted.labels(type_of(task) if task else "unknown").inc()
 
     async def _score(self, job: _Job, batch: Batch) -> None:
-        scorer = Scorer(
-            dict(batch.tasks),
-            self.sandbox,
-            batch.limits,
-            batch.skipped_tasks,
-            breakers=self._breakers,
-            metrics=self._metrics,
-        )
         items: Iterable[RolloutLine | LineProblem] = batch.items
         if self._metrics is not None:
             items = timed(items, self._clock(), self._metrics, self._clock)
@@ -203,8 +199,12 @@ class EmbeddedJobRunner:
             with log_context(job_id=job.view.job_id):  # inherited by the scoring tasks
                 # Kept for the job's lifetime: only what the response shows of each
                 # result's output (its tail), not up to the output limit per stream.
-                await scorer.score(
+                await score_batch(
+                    self._scoring,
+                    batch.tasks,
                     items,
+                    limits=batch.limits,
+                    skipped_tasks=batch.skipped_tasks,
                     workers=self._workers,
                     on_result=on_result,
                     collect=False,

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from execgym.errors import Error, TaskError
 from execgym.limits import DEFAULT_LIMITS, MIN_MEMORY_BYTES, Limits
-from execgym.scoring import Scorer
+from execgym.scoring.selftest import self_test
 from execgym.server.capacity import BoundedSandbox, Capacity
 from execgym.server.jobs import Batch, JobRunner
 from execgym.server.languages import Toolchains
@@ -93,7 +93,7 @@ class Service:
                 return None
             try:
                 async with asyncio.timeout(READINESS_TIMEOUT_S):
-                    await Scorer({}, self.sandbox).self_test()
+                    await self_test(self.sandbox)
             except Error as error:
                 self._ready_at = None
                 return str(error)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import logging
 import os
@@ -37,11 +36,14 @@ from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.ops.breakers import Breakers, dataset_of
 from execgym.ops.logs import log_context
 from execgym.ops.metrics import MeteredSandbox, Metrics
+from execgym.reward import RewardSpec
 from execgym.sandbox.base import Sandbox
-from execgym.scoring import ScoredRollout, Scorer
+from execgym.scoring.core import Scoring, score_rollout, score_unusable
+from execgym.scoring.results import ScoredRollout
+from execgym.scoring.selftest import self_test
 from execgym.tasks.loaders import RolloutLine
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("execgym.worker")  # the name its log lines have always carried
 
 
 def default_name() -> str:
@@ -110,6 +112,11 @@ class Worker:
             (which crashed or killed their worker) count as infrastructure failures.
         metrics: Where to record jobs, sandbox runs, queue depth and heartbeats (the
             sandbox is then wrapped in a :class:`~execgym.ops.metrics.MeteredSandbox`).
+        reward: How this worker turns judgements into rewards (every result then has
+            a ``reward_breakdown``); ``None``: the binary reward.
+
+    Raises:
+        ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
     """
 
     def __init__(
@@ -120,6 +127,7 @@ class Worker:
         *,
         breakers: Breakers | None = None,
         metrics: Metrics | None = None,
+        reward: RewardSpec | None = None,
     ) -> None:
         self.broker = broker
         self.breakers = breakers
@@ -137,7 +145,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._scorer = Scorer({}, sandbox, breakers=breakers)  # counted here, once stored
+        # Metrics are counted here, once a result is stored, not by score_rollout.
+        self._scoring = Scoring(sandbox, reward=reward, breakers=breakers)
 
     def stop(self, *, drain: bool = True) -> None:
         """Stop: take no new job; running ones finish or are handed back.
@@ -305,11 +314,16 @@ class Worker:
         return None
 
     async def judge(self, job: JobMessage) -> ScoredRollout:
-        """Step 3: run the rollout's program and tests in a sandbox."""
-        scorer = copy.copy(self._scorer)  # shares the judge: its runner is read once
-        scorer.tasks = {job.task.task_id: job.task}
-        scorer.limits = job.limits
-        return await scorer.score_one(RolloutLine(job.index, job.rollout))
+        """Step 3: run the rollout's program and tests in a sandbox, and reward it.
+
+        A rollout naming another task than the job's is ``invalid``, as in a batch.
+        """
+        if job.rollout.task_id != job.task.task_id:
+            item = RolloutLine(job.index, job.rollout)
+            return score_unusable(item, isolation=self.sandbox.name)
+        return await score_rollout(
+            self._scoring, job.task, job.rollout, index=job.index, limits=job.limits
+        )
 
     def reward(self, job: JobMessage, scored: ScoredRollout, delivery: Delivery) -> ResultMessage:
         """Step 4: the result message, with the reward the scorer computed."""
@@ -479,7 +493,7 @@ async def run_node(worker: Worker) -> None:
         BrokerUnavailable: if the broker cannot be reached at start-up.
     """
     try:
-        await Scorer({}, worker.sandbox).self_test()
+        await self_test(worker.sandbox)
         ping = getattr(worker.broker, "ping", None)
         if ping is not None:
             await ping()

@@ -1,0 +1,341 @@
+"""Score a batch of rollouts: each in its own sandbox, concurrently, in a chosen order.
+
+One bad rollout never sinks the batch: a malformed line or an unknown task becomes an
+``invalid`` result, and every result is handed to ``on_result`` as soon as it exists
+(or as soon as every earlier one has been, in input order), so nothing already scored
+is lost if the run is interrupted. Each rollout is scored by
+:func:`execgym.scoring.core.score_rollout`; what a batch adds is its tasks, its
+concurrency and its order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from execgym.calibration import Calibrator
+from execgym.judges.base import Judgement, JudgeSet
+from execgym.judges.compile import Builder
+from execgym.limits import DEFAULT_LIMITS, Limits
+from execgym.ops.breakers import Breakers
+from execgym.ops.metrics import Metrics
+from execgym.reward import RewardSpec
+from execgym.sandbox.base import Sandbox
+from execgym.scoring.core import Scoring, score_rollout, score_unusable
+from execgym.scoring.results import ScoredRollout
+from execgym.scoring.selftest import self_test
+from execgym.tasks.loaders import LineProblem, RolloutLine
+from execgym.tasks.models import Rollout, Task
+
+
+class Scorer:
+    """Scores batches of rollouts against a set of tasks, in a sandbox.
+
+    Args:
+        tasks: ``{task_id: Task}``.
+        sandbox: Where programs run.
+        limits: Limits for every run, overridden per task by ``Task.limits``.
+        skipped_tasks: ``{task_id: why}`` for tasks left out of ``tasks`` because they
+            were invalid, so their rollouts are told why rather than "unknown task".
+        builder: Compiles sources, with its cache (default: :func:`Builder` on the
+            default cache directory).
+        reward: How to turn a judgement into a reward; ``None`` is the binary reward
+            (1.0 for a pass) without a breakdown.
+        breakers: Circuit breakers per task type: a rollout of a quarantined type is
+            ``quarantined`` at once, without a sandbox; each outcome is recorded.
+        metrics: Where to count each finished rollout (by verdict and task type).
+        state: ``fresh`` or ``shared``: overrides every task's ``state`` (Python assert
+            and function-call tasks: whether each call of the tests sees the solution's
+            module as freshly imported); ``None`` keeps each task's.
+        calibrator: Calibrates each task's time limits from its reference solution
+            (:mod:`execgym.calibration`); the results then carry ``calibration``.
+
+    Each task goes to the judge of its kind (:meth:`JudgeSet.judge_for
+    <execgym.judges.base.JudgeSet.judge_for>`), through
+    :func:`~execgym.scoring.core.score_rollout`; :attr:`scoring` holds the sandbox,
+    the judges and the hooks.
+
+    Raises:
+        ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
+    """
+
+    def __init__(
+        self,
+        tasks: dict[str, Task],
+        sandbox: Sandbox,
+        limits: Limits = DEFAULT_LIMITS,
+        skipped_tasks: Mapping[str, str] | None = None,
+        builder: Builder | None = None,
+        reward: RewardSpec | None = None,
+        *,
+        breakers: Breakers | None = None,
+        metrics: Metrics | None = None,
+        state: str | None = None,
+        calibrator: Calibrator | None = None,
+    ) -> None:
+        if state is not None:  # every task's `state`, overridden (the CLI's --state)
+            tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
+        self.tasks = tasks
+        self.skipped_tasks = dict(skipped_tasks or {})
+        self.scoring = Scoring(
+            sandbox,
+            limits,
+            reward=reward,
+            builder=builder,
+            breakers=breakers,
+            metrics=metrics,
+            calibrator=calibrator,
+        )
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """Where programs run."""
+        return self.scoring.sandbox
+
+    @property
+    def limits(self) -> Limits:
+        """Limits for every run, before each task's overrides."""
+        return self.scoring.limits
+
+    @property
+    def judges(self) -> JudgeSet:
+        """The judge of each kind of task, made on first use."""
+        return self.scoring.judges
+
+    async def judge_rollout(self, task: Task, rollout: Rollout, limits: Limits) -> Judgement:
+        """Judge one rollout of ``task`` once, without retries, reward or hooks.
+
+        See :meth:`execgym.scoring.core.Scoring.judge`.
+        """
+        return await self.scoring.judge(task, rollout, limits)
+
+    async def self_test(self) -> None:
+        """Score a known-good rollout once, so a broken sandbox stops a batch at once.
+
+        Raises:
+            SandboxSetupFailed: with the reason, if the known-good rollout does not pass
+                (see :func:`execgym.scoring.selftest.self_test`).
+        """
+        await self_test(self.sandbox, self.limits)
+
+    def task_type(self, task: Task) -> str:
+        """The type of ``task`` for breakers and metrics (the breakers' key, else data set)."""
+        return self.scoring.task_type(task)
+
+    async def score_one(self, item: RolloutLine | LineProblem) -> ScoredRollout:
+        """Score one rollout (or turn an unusable line into an ``invalid`` result)."""
+        return await _score_item(self.scoring, self.tasks, item, None, self.skipped_tasks)
+
+    async def score(
+        self,
+        items: Iterable[Rollout | RolloutLine | LineProblem],
+        *,
+        workers: int | None = None,
+        on_result: Callable[[ScoredRollout], None] | None = None,
+        order: str = "completion",
+        window: int | None = None,
+        collect: bool = True,
+        output_tail: int | None = None,
+    ) -> list[ScoredRollout]:
+        """Score every item with ``workers`` sandboxes at once (default: CPU count).
+
+        :func:`score_batch` over this scorer's tasks; see it for the arguments, the
+        order, what is returned and what is raised.
+        """
+        return await score_batch(
+            self.scoring,
+            self.tasks,
+            items,
+            skipped_tasks=self.skipped_tasks,
+            workers=workers,
+            on_result=on_result,
+            order=order,
+            window=window,
+            collect=collect,
+            output_tail=output_tail,
+        )
+
+
+async def score_batch(
+    scoring: Scoring,
+    tasks: Mapping[str, Task],
+    items: Iterable[Rollout | RolloutLine | LineProblem],
+    *,
+    limits: Limits | None = None,
+    skipped_tasks: Mapping[str, str] | None = None,
+    workers: int | None = None,
+    on_result: Callable[[ScoredRollout], None] | None = None,
+    order: str = "completion",
+    window: int | None = None,
+    collect: bool = True,
+    output_tail: int | None = None,
+) -> list[ScoredRollout]:
+    """Score every item with ``workers`` sandboxes at once (default: CPU count).
+
+    Each rollout is scored by :func:`~execgym.scoring.core.score_rollout` with the task
+    its ``task_id`` names; an unusable line, or a rollout of a task not in ``tasks``, is
+    ``invalid`` (:func:`~execgym.scoring.core.score_unusable`).
+
+    Args:
+        scoring: The sandbox, judges, reward and hooks.
+        tasks: ``{task_id: Task}``.
+        items: Rollouts in input order, read lazily (an item is taken only when a
+            sandbox is free for it): plain :class:`Rollout` objects (numbered by
+            their position, so the first has ``index`` 0), or
+            :class:`RolloutLine` and :class:`LineProblem` items from
+            :func:`~execgym.tasks.loaders.load_rollouts`.
+        workers: Sandboxes running at once.
+        on_result: Called with each result: as soon as it is ready with
+            ``order="completion"``; with ``order="input"``, in the order the items
+            came, as soon as every earlier one is ready.
+        order: ``"completion"`` or ``"input"`` (for ``on_result``). In input order
+            the results that wait for an earlier, slower one are held in a reorder
+            buffer of at most ``window`` results: a sandbox that is free takes no
+            new item while the buffer is full. On cancellation the held results
+            are handed over first (in order, past the unfinished ones).
+        window: Items taken but not yet handed to ``on_result`` in input order, at
+            most (default: :data:`REORDER_WINDOW_PER_WORKER` per worker, at least
+            :data:`REORDER_WINDOW_MIN`).
+        collect: Whether to keep every result and return them. ``False`` keeps
+            none (memory stays flat however long the batch) and returns ``[]``.
+        output_tail: Keep only the last this many bytes of each result's captured
+            stdout and stderr (``None``: all of it, up to the output limit). The
+            results file keeps :data:`~execgym.scoring.results.TAIL_BYTES`.
+        limits: Limits of the batch's runs before each task's overrides (default:
+            ``scoring.limits``).
+        skipped_tasks: ``{task_id: why}`` for tasks left out of ``tasks`` because they
+            were invalid, so their rollouts are told why rather than "unknown task".
+
+    Returns:
+        All results, in input order (``[]`` when not ``collect``).
+
+    Raises:
+        TypeError: if an item is none of these types (the items before it are scored).
+        ValueError: if ``order`` is neither value, or ``window`` is below 1.
+    """
+    if order not in ("completion", "input"):
+        raise ValueError(f"order={order!r}: give 'completion' or 'input'")
+    count = max(1, workers or os.cpu_count() or 1)
+    room = window or max(REORDER_WINDOW_MIN, REORDER_WINDOW_PER_WORKER * count)
+    if room < 1:
+        raise ValueError(f"window={window!r}: give at least 1")
+    iterator = _numbered(items)
+    results: list[ScoredRollout] = []
+    bad_items: list[TypeError] = []
+    reorder = _Reorder(on_result if order == "input" else None, room)
+
+    async def worker() -> None:
+        while not bad_items:
+            await reorder.wait_for_room()
+            try:
+                item = next(iterator)  # shared iterator: each item is taken by one worker
+            except StopIteration:
+                return
+            except TypeError as error:
+                bad_items.append(error)
+                return
+            position = reorder.take()  # no await since the check: the window holds
+            result = await _score_item(scoring, tasks, item, limits, skipped_tasks)
+            if output_tail is not None:
+                result = result.with_output_tail(output_tail)
+            if collect:
+                results.append(result)
+            if order == "input":
+                reorder.put(position, result)
+            elif on_result is not None:
+                on_result(result)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(count):
+                group.create_task(worker())
+    finally:
+        reorder.flush()  # cancelled: what finished is handed over, in order
+    if bad_items:
+        raise bad_items[0]
+    return sorted(results, key=lambda r: r.index)
+
+
+async def _score_item(
+    scoring: Scoring,
+    tasks: Mapping[str, Task],
+    item: RolloutLine | LineProblem,
+    limits: Limits | None,
+    skipped_tasks: Mapping[str, str] | None,
+) -> ScoredRollout:
+    task = tasks.get(item.rollout.task_id) if isinstance(item, RolloutLine) else None
+    if task is None or not isinstance(item, RolloutLine):
+        return score_unusable(
+            item,
+            skipped_tasks=skipped_tasks,
+            isolation=scoring.sandbox.name,
+            metrics=scoring.metrics,
+        )
+    return await score_rollout(scoring, task, item.rollout, index=item.index, limits=limits)
+
+
+REORDER_WINDOW_PER_WORKER = 64
+"""Reorder buffer of :func:`score_batch` in input order: results held per worker."""
+
+REORDER_WINDOW_MIN = 256
+"""... and at least this many, so one runaway rollout rarely stalls the other sandboxes.
+
+A held result is small when ``output_tail`` is set (the CLI: about 5 KB), so the
+default window costs well under 10 MB at 8 workers."""
+
+
+class _Reorder:
+    """Hands results to ``emit`` in the order their items were taken, within a window."""
+
+    def __init__(self, emit: Callable[[ScoredRollout], None] | None, window: int) -> None:
+        self._emit = emit
+        self._window = window
+        self._taken = 0
+        self._next = 0  # the position handed over next
+        self._held: dict[int, ScoredRollout] = {}
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def wait_for_room(self) -> None:
+        while self._emit is not None and self._taken - self._next >= self._window:
+            self._room.clear()
+            await self._room.wait()
+
+    def take(self) -> int:
+        self._taken += 1
+        return self._taken - 1
+
+    def put(self, position: int, result: ScoredRollout) -> None:
+        if self._emit is None:
+            raise RuntimeError("put() before the buffer was given its writer")
+        self._held[position] = result
+        while self._next in self._held:
+            result = self._held.pop(self._next)
+            self._next += 1
+            self._emit(result)
+        self._room.set()
+
+    def flush(self) -> None:
+        if self._emit is None:
+            return
+        for position in sorted(self._held):
+            self._emit(self._held.pop(position))
+
+
+def _numbered(items: Iterable[object]) -> Iterator[RolloutLine | LineProblem]:
+    """Each item as a :class:`RolloutLine` (a bare rollout gets its position as index).
+
+    Raises:
+        TypeError: at the first item that is not a rollout.
+    """
+    for position, item in enumerate(items):
+        if isinstance(item, Rollout):
+            yield RolloutLine(position, item)
+        elif isinstance(item, RolloutLine | LineProblem):
+            yield item
+        else:
+            raise TypeError(
+                f"score_batch: item {position} is a {type(item).__name__}; give Rollout "
+                "objects (or RolloutLine / LineProblem items from load_rollouts)"
+            )
