@@ -59,14 +59,6 @@ async def test_the_entry_point_comes_from_the_block_the_scorer_runs(bwrap_sandbo
     assert (score.verdict, score.reward) == ("passed", 1.0)
 
 
-def test_one_extract_code_everywhere() -> None:
-    import execgym
-    from execgym.tasks.extract import extract_code as the_one
-
-    assert extract_code is the_one
-    assert execgym.extract_code is the_one
-
-
 def test_ground_truth_formats_become_task_records() -> None:
     record = record_from_ground_truth(ADD_CASES, "def add(a, b): ...", task_id="t")
     assert record["entry_point"] == "add"
