@@ -13,7 +13,8 @@ a dependency a reader has to follow.
   ``__init__`` (the facade that re-exports the public API) is left out. A cycle is a
   strongly connected set of two or more units.
 
-An exception is listed below with the reason it is one; the tests also fail when an
+The benchmarks are held to the first rule too: they measure execgym as its users call
+it. An exception is listed below with the reason it is one; the tests also fail when an
 exception no longer occurs, so the lists only shrink.
 """
 
@@ -31,7 +32,12 @@ NOT_CODE = ("data",)
 """Folders of files shipped as data (the episodes' example repositories), not execgym's
 modules."""
 
-PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {}
+PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("benchmarks.seccomp_filter", "execgym.sandbox._seccomp"): (
+        "it measures the filter the sandbox builds against another layout of it, an "
+        "internal no user calls: there is no public entry point to measure it through"
+    ),
+}
 """``(importer, private module) -> why`` for a private import across packages."""
 
 CYCLE_EXCEPTIONS: dict[frozenset[str], str] = {}
@@ -52,6 +58,11 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+BENCHMARKS = {
+    f"benchmarks.{path.stem}": path
+    for path in sorted((ROOT.parents[1] / "benchmarks").glob("*.py"))
+}
+"""The benchmarks (empty when execgym is installed without its repository)."""
 
 
 def _imports(name: str, path: Path) -> Iterator[tuple[int, str]]:
@@ -89,14 +100,14 @@ def _unit(module: str) -> str:
 
 def _private_imports() -> dict[tuple[str, str], list[str]]:
     found: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for name, path in MODULES.items():
+    for name, path in {**MODULES, **BENCHMARKS}.items():
         for line, target in _imports(name, path):
             if not target.startswith("execgym"):
                 continue
             owner = _owner_of_private(target)
             if owner is None or name == owner or name.startswith(owner + "."):
                 continue
-            found[(name, target)].append(f"{path.relative_to(ROOT.parent)}:{line}")
+            found[(name, target)].append(f"{path.relative_to(ROOT.parents[1])}:{line}")
     return found
 
 
@@ -168,7 +179,11 @@ def test_no_module_imports_another_packages_private_module() -> None:
         "private modules imported from outside their package; export what is shared "
         "from the package (its __init__ or a public module) instead:\n" + "\n".join(leaks)
     )
-    stale = sorted(set(PRIVATE_IMPORT_EXCEPTIONS) - set(found))
+    stale = sorted(
+        (importer, target)
+        for importer, target in set(PRIVATE_IMPORT_EXCEPTIONS) - set(found)
+        if importer in MODULES or importer in BENCHMARKS
+    )
     assert not stale, f"exceptions that no longer occur, remove them: {stale}"
 
 
