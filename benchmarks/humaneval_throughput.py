@@ -41,7 +41,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from execgym import Scorer, Verdict, canonical_rollouts, create_sandbox, load_dataset
 from execgym.judges.assert_tests import build_program
-from execgym.sandbox import Sandbox, WarmPoolSandbox, python_command, register_trusted_program
+from execgym.sandbox import Sandbox, WarmPoolSandbox
+from execgym.sandbox._python import python_command
+from execgym.sandbox._trusted import register_trusted_program
 
 
 async def _score(tasks, sandbox: Sandbox, workers: int) -> float:

@@ -20,7 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from execgym.limits import DEFAULT_LIMITS
-from execgym.sandbox import BubblewrapSandbox, RunResult, Status, WarmPoolSandbox, python_command
+from execgym.sandbox import BubblewrapSandbox, RunResult, Status, WarmPoolSandbox
+from execgym.sandbox._python import python_command
 
 PROGRAM = b"print('ok')\n"
 

@@ -13,8 +13,7 @@ a dependency a reader has to follow.
   ``__init__`` (the facade that re-exports the public API) is left out. A cycle is a
   strongly connected set of two or more units.
 
-The benchmarks are held to the first rule too: they measure execgym as its users call
-it. An exception is listed below with the reason it is one; the tests also fail when an
+An exception is listed below with the reason it is one; the tests also fail when an
 exception no longer occurs, so the lists only shrink.
 """
 
@@ -32,12 +31,7 @@ NOT_CODE = ("data",)
 """Folders of files shipped as data (the episodes' example repositories), not execgym's
 modules."""
 
-PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("benchmarks.seccomp_filter", "execgym.sandbox._seccomp"): (
-        "it measures the filter the sandbox builds against another layout of it, an "
-        "internal no user calls: there is no public entry point to measure it through"
-    ),
-}
+PRIVATE_IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {}
 """``(importer, private module) -> why`` for a private import across packages."""
 
 CYCLE_EXCEPTIONS: dict[frozenset[str], str] = {}
@@ -58,11 +52,6 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
-BENCHMARKS = {
-    f"benchmarks.{path.stem}": path
-    for path in sorted((ROOT.parents[1] / "benchmarks").glob("*.py"))
-}
-"""The benchmarks (empty when execgym is installed without its repository)."""
 
 
 def _imports(name: str, path: Path) -> Iterator[tuple[int, str]]:
@@ -100,14 +89,14 @@ def _unit(module: str) -> str:
 
 def _private_imports() -> dict[tuple[str, str], list[str]]:
     found: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for name, path in {**MODULES, **BENCHMARKS}.items():
+    for name, path in MODULES.items():
         for line, target in _imports(name, path):
             if not target.startswith("execgym"):
                 continue
             owner = _owner_of_private(target)
             if owner is None or name == owner or name.startswith(owner + "."):
                 continue
-            found[(name, target)].append(f"{path.relative_to(ROOT.parents[1])}:{line}")
+            found[(name, target)].append(f"{path.relative_to(ROOT.parent)}:{line}")
     return found
 
 
@@ -179,11 +168,7 @@ def test_no_module_imports_another_packages_private_module() -> None:
         "private modules imported from outside their package; export what is shared "
         "from the package (its __init__ or a public module) instead:\n" + "\n".join(leaks)
     )
-    stale = sorted(
-        (importer, target)
-        for importer, target in set(PRIVATE_IMPORT_EXCEPTIONS) - set(found)
-        if importer in MODULES or importer in BENCHMARKS
-    )
+    stale = sorted(set(PRIVATE_IMPORT_EXCEPTIONS) - set(found))
     assert not stale, f"exceptions that no longer occur, remove them: {stale}"
 
 

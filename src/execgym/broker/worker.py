@@ -499,6 +499,7 @@ async def run_node(worker: Worker) -> None:
             await ping()
         await serve(worker)
     finally:
+        await worker._scoring.aclose()  # the sandboxes of tasks' environments
         await worker.sandbox.aclose()
         await worker.broker.aclose()
 

@@ -20,6 +20,7 @@ from execgym.ops import logs
 COMMANDS = {
     "checkpoints": ("execgym.cli.storage", "checkpoints"),
     "data": ("execgym.cli.storage", "data"),
+    "env": ("execgym.cli.env", "env"),
     "episodes": ("execgym.cli.episodes", "episodes"),
     "score": ("execgym.cli.score", "score"),
     "serve": ("execgym.cli.serve", "serve"),

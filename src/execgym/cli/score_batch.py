@@ -298,6 +298,7 @@ def prepare_local(
                     output_tail=OUTPUT_TAIL,
                 )
             finally:
+                await scorer.aclose()  # the sandboxes of tasks' environments
                 await sandbox.aclose()
 
         return run, total

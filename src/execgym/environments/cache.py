@@ -137,7 +137,8 @@ class EnvironmentCache:
     # -- locking and small files --------------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def locked(self) -> Iterator[None]:
+        """Hold the cache's exclusive lock (``flock`` on ``.lock``); makes its folders."""
         for sub in ("layers", "envs", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         with open(self.root / ".lock", "a+b") as lock:
@@ -189,30 +190,38 @@ class EnvironmentCache:
             raise EnvironmentNotFound(f"layer {digest} is not in {self.root / 'layers'}")
         return UnpackedLayer.load(digest, self.layer_path(digest))
 
-    def add_layer(self, open_blob: Any, expected: str | None) -> UnpackedLayer:
+    def add_layer(
+        self, open_blob: Any, expected: str | None, *, stored_as: str | None = None
+    ) -> UnpackedLayer:
         """Unpack a layer blob into the store unless it holds ``expected`` already.
 
         Args:
             open_blob: A callable returning a context manager over the blob (seekable).
             expected: Its ``diff_id`` if known (checked); ``None`` to name it by content.
+            stored_as: Keep it under this digest instead of its content's: a layer pulled
+                from the object store, written again as a tar by :mod:`.remote` (so its
+                bytes differ from the image's), keeps the image's ``diff_id``; the
+                store's own sha256 check vouches for the bytes.
 
         Raises:
             LayerError: Not a layer, or its content does not match ``expected``.
         """
-        if expected is not None and self.has_layer(expected):
-            return self.layer(expected)
+        known = stored_as or expected
+        if known is not None and self.has_layer(known):
+            return self.layer(known)
         scratch = self._tmp()
         try:
             with open_blob() as blob:
                 layer = unpack_layer(blob, scratch / "layer", expected)
-            target = self.layer_path(layer.digest)
-            if self.has_layer(layer.digest):
-                return self.layer(layer.digest)
+            digest = stored_as or layer.digest
+            target = self.layer_path(digest)
+            if self.has_layer(digest):
+                return self.layer(digest)
             if target.exists():  # a half-written one from a crash: replace it
                 _remove_tree(target)
             os.rename(scratch / "layer", target)
             self._count("layers_unpacked")
-            return UnpackedLayer.load(layer.digest, target)
+            return UnpackedLayer.load(digest, target)
         finally:
             _remove_tree(scratch)
 
@@ -267,7 +276,7 @@ class EnvironmentCache:
         if name is not None:
             check_name(name)
         layer_ids = tuple(layer.digest for layer in layers)
-        with self._locked():
+        with self.locked():
             existing = self._same(layer_ids, dict(env or {}))
             if existing is not None:
                 if name is not None:
@@ -325,7 +334,7 @@ class EnvironmentCache:
         """
         source: ImageSource = read_image(reference)
         layers = []
-        with self._locked():
+        with self.locked():
             for blob in source.layers:
                 layers.append(self.add_layer(blob.open, blob.diff_id))
         return self.create(layers, env=source.env, name=name, source=source.reference)
@@ -377,7 +386,7 @@ class EnvironmentCache:
         environment = self.get(reference)
         if environment.is_host:
             raise ValueError("the host environment cannot be removed")
-        with self._locked():
+        with self.locked():
             names = {
                 n: d for n, d in self._read_json("names.json").items() if d != environment.digest
             }
@@ -394,7 +403,7 @@ class EnvironmentCache:
             The digests deleted (environments and layers).
         """
         removed: builtins.list[str] = []
-        with self._locked():
+        with self.locked():
             names = self._read_json("names.json")
             named = set(names.values())
             for digest in self._digests():

@@ -105,7 +105,7 @@ def remap_argv(argv: Sequence[str], environment: Environment | None) -> list[str
     command = list(argv)
     if environment is None or environment.is_host or not command:
         return command
-    if command[0] == host_interpreter():
+    if command[0] in (host_interpreter(), sys.executable):
         command[0] = interpreter(environment)
     return command
 

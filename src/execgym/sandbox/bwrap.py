@@ -20,6 +20,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from execgym.environments.model import Environment
 from execgym.environments.mounts import bwrap_root_args, environment_shell, remap_argv, run_env
@@ -218,6 +219,11 @@ class BubblewrapSandbox(BaseSandbox):
         self.environment = (
             environment if environment is not None and not environment.is_host else None
         )
+        self._settings: dict[str, Any] = {
+            "read_only_paths": read_only_paths,
+            "bwrap_path": bwrap_path,
+            "prestart": prestart,
+        }
         if self.environment is None:
             paths = default_read_only_paths() if read_only_paths is None else read_only_paths
             self._read_only = resolve_paths(paths)
@@ -249,6 +255,10 @@ class BubblewrapSandbox(BaseSandbox):
                 uids=process_block(),
             )
             atexit.register(self._prestarter.close_now)
+
+    def with_environment(self, environment: Environment | None) -> BubblewrapSandbox:
+        """The same tier, with the same settings, running in ``environment`` instead."""
+        return BubblewrapSandbox(**self._settings, environment=environment)
 
     async def aclose(self) -> None:
         """Reclaim the prestarted sandboxes, if any (see ``prestart``)."""

@@ -292,12 +292,20 @@ class GVisorSandbox(BaseSandbox):
         if environment is not None and environment.is_host:
             environment = None
         self.environment = environment
+        self._settings: dict[str, Any] = {
+            "read_only_paths": read_only_paths,
+            "runsc_path": runsc_path,
+        }
         if environment is None:
             paths = default_read_only_paths() if read_only_paths is None else read_only_paths
         else:
             paths = read_only_paths or []
             self._setpriv = _environment_setpriv(environment)
         self._read_only = resolve_paths(paths)
+
+    def with_environment(self, environment: Environment | None) -> GVisorSandbox:
+        """The same tier, with the same settings, running in ``environment`` instead."""
+        return GVisorSandbox(**self._settings, environment=environment)
 
     def _spec(
         self,

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from execgym.calibration import Calibrator
+from execgym.environments.routing import EnvironmentSandboxes
 from execgym.judges.base import Judgement, JudgeSet
 from execgym.judges.compile import Builder
 from execgym.limits import DEFAULT_LIMITS, Limits
@@ -50,6 +51,8 @@ class Scorer:
             module as freshly imported); ``None`` keeps each task's.
         calibrator: Calibrates each task's time limits from its reference solution
             (:mod:`execgym.calibration`); the results then carry ``calibration``.
+        environments: Where tasks that name an ``environment`` run (see
+            :class:`~execgym.scoring.core.Scoring`); call :meth:`aclose` to stop them.
 
     Each task goes to the judge of its kind (:meth:`JudgeSet.judge_for
     <execgym.judges.base.JudgeSet.judge_for>`), through
@@ -73,6 +76,7 @@ class Scorer:
         metrics: Metrics | None = None,
         state: str | None = None,
         calibrator: Calibrator | None = None,
+        environments: EnvironmentSandboxes | None = None,
     ) -> None:
         if state is not None:  # every task's `state`, overridden (the CLI's --state)
             tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
@@ -86,6 +90,7 @@ class Scorer:
             breakers=breakers,
             metrics=metrics,
             calibrator=calibrator,
+            environments=environments,
         )
 
     @property
@@ -109,6 +114,10 @@ class Scorer:
         See :meth:`execgym.scoring.core.Scoring.judge`.
         """
         return await self.scoring.judge(task, rollout, limits)
+
+    async def aclose(self) -> None:
+        """Stop the sandboxes made for tasks' environments (not :attr:`sandbox`)."""
+        await self.scoring.aclose()
 
     async def self_test(self) -> None:
         """Score a known-good rollout once, so a broken sandbox stops a batch at once.

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from execgym.calibration import Calibration, Calibrator
+from execgym.environments.routing import EnvironmentSandboxes, default_store
 from execgym.errors import ConfigError, Error, TaskError
 from execgym.judges.base import Judgement, JudgeSet, Verdict
 from execgym.judges.compile import Builder
@@ -62,6 +63,10 @@ class Scoring:
         metrics: Where to count each finished rollout (by verdict and task type).
         calibrator: Calibrates each task's time limits from its reference solution
             (:mod:`execgym.calibration`); the results then carry ``calibration``.
+        environments: Where tasks that name an ``environment`` run: one sandbox per
+            environment, of ``sandbox``'s tier (default: made on the first such task,
+            from the local environment cache, pulling from ``$EXECGYM_STORE`` when set
+            and the cache lacks one). Call ``aclose()`` to stop their sandboxes.
 
     Raises:
         ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
@@ -77,6 +82,7 @@ class Scoring:
         breakers: Breakers | None = None,
         metrics: Metrics | None = None,
         calibrator: Calibrator | None = None,
+        environments: EnvironmentSandboxes | None = None,
     ) -> None:
         if reward is not None:
             check_tools(reward)
@@ -93,6 +99,7 @@ class Scoring:
         self.breakers = breakers
         self.metrics = metrics
         self.calibrator = calibrator
+        self.environments = environments
 
     def task_type(self, task: Task) -> str:
         """The type of ``task`` for breakers and metrics (the breakers' key, else data set)."""
@@ -110,7 +117,27 @@ class Scoring:
         """
         completion = extract_code(rollout.completion, task.language)
         judge = self.judges.judge_for(task)
-        return await judge.judge(task, completion, self.sandbox, limits, files=rollout.files)
+        sandbox = await self.sandbox_for(task)
+        return await judge.judge(task, completion, sandbox, limits, files=rollout.files)
+
+    async def sandbox_for(self, task: Task) -> Sandbox:
+        """The sandbox ``task`` runs in: ours, or one in the task's ``environment``.
+
+        Raises:
+            EnvironmentNotFound: The environment is not here (nor in the store).
+            ConfigError: Our tier cannot run environments (``none``).
+        """
+        if task.environment is None or task.environment == "host":
+            return self.sandbox
+        if self.environments is None:
+            self.environments = EnvironmentSandboxes(self.sandbox, store=default_store())
+        sandbox: Sandbox = await self.environments.sandbox_for(task.environment)
+        return sandbox
+
+    async def aclose(self) -> None:
+        """Stop the sandboxes made for tasks' environments (not ``sandbox``)."""
+        if self.environments is not None:
+            await self.environments.aclose()
 
 
 async def score_rollout(

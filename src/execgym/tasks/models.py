@@ -286,6 +286,11 @@ class Task(BaseModel):
         conventions: The contest-judge conventions its programs run under
             (:class:`Conventions`: Python's ``exit``, C/C++ standard and
             ``ONLINE_JUDGE``, the stack of compiled programs).
+        environment: The root file system its programs run in
+            (:mod:`execgym.environments`): ``None`` or ``"host"`` (the host's, as
+            before), the name or digest of an imported or built environment, or an
+            inline spec (``{"base": ..., "pip": [...], "setup": [...]}``, built once).
+            Judges then run with the environment's own Python.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -311,6 +316,7 @@ class Task(BaseModel):
     limits: TaskLimits | None = None
     compile_limits: TaskLimits | None = None
     conventions: Conventions = Field(default_factory=Conventions)
+    environment: str | dict[str, Any] | None = None
 
     @field_validator("language")
     @classmethod

@@ -9,6 +9,7 @@ import json
 import logging
 import shutil
 from collections.abc import Sequence
+from typing import Any
 
 from execgym.environments.model import Environment
 from execgym.environments.mounts import run_env
@@ -65,6 +66,7 @@ class WarmPoolSandbox(BaseSandbox):
     ) -> None:
         self._fresh = BubblewrapSandbox(read_only_paths=read_only_paths, environment=environment)
         self.environment = self._fresh.environment
+        self._settings: dict[str, Any] = {"read_only_paths": read_only_paths}
         found = shutil.which("bwrap")
         if found is None:  # BubblewrapSandbox() above would have raised already
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
@@ -75,6 +77,10 @@ class WarmPoolSandbox(BaseSandbox):
         self._zygote = ZygoteControl(found, resolve_paths(paths), self.environment)
         self._stager = Stager(self._zygote, lambda: next(_runs))
         self._lock = asyncio.Lock()
+
+    def with_environment(self, environment: Environment | None) -> WarmPoolSandbox:
+        """The same tier, with the same settings, running in ``environment`` instead."""
+        return WarmPoolSandbox(**self._settings, environment=environment)
 
     async def __aenter__(self) -> WarmPoolSandbox:
         """Start the zygote now (see :meth:`start`); leaving the block closes the pool."""
