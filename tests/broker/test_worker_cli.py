@@ -167,3 +167,40 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     bad = CliRunner().invoke(main, ["worker", "--broker", "amqp://x"])
     assert bad.exit_code == 1
     assert "unknown broker 'amqp://x'" in bad.output
+
+
+def test_a_worker_with_a_reward_gives_what_scoring_here_gives(
+    redis_server: RedisServer, spawn: Spawn, tmp_path: Path
+) -> None:
+    """``execgym worker --reward quality``: each result through Redis has the judge's
+    ``details`` and the ``reward_breakdown`` a local ``score --reward quality`` has (they
+    came back as ``"details": {}`` and without a breakdown)."""
+    tasks, rollouts = write_inputs(tmp_path)
+    node = spawn("--concurrency", "2", "--reward", "quality")
+    asyncio.run(_with_client(redis_server, lambda c: wait_for_workers(c, 1)))
+    runner = CliRunner()
+    common = ["score", str(tasks), str(rollouts)]
+    remote = runner.invoke(
+        main, [*common, "-o", str(tmp_path / "r.jsonl"), "--broker", redis_server.url]
+    )
+    assert remote.exit_code == 0, remote.output
+    here = runner.invoke(main, [*common, "-o", str(tmp_path / "e.jsonl"), "--reward", "quality"])
+    assert here.exit_code == 0, here.output
+    assert verdicts(tmp_path / "r.jsonl") == verdicts(tmp_path / "e.jsonl")
+
+    def shapes(path: Path) -> list[tuple[int, list[str], list[str]]]:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return sorted(
+            (r["index"], sorted(r["details"]), sorted(r.get("reward_breakdown") or {}))
+            for r in rows
+        )
+
+    remote_rows, local_rows = shapes(tmp_path / "r.jsonl"), shapes(tmp_path / "e.jsonl")
+    assert remote_rows == local_rows
+    judged = [row for row in remote_rows if row[0] != 2]  # index 2: an unknown task
+    assert all("state" in details and breakdown for _, details, breakdown in judged)
+    refused = runner.invoke(main, [*common, "--broker", redis_server.url, "--reward", "quality"])
+    assert refused.exit_code == 2
+    assert "execgym worker --reward" in refused.output
+    node.send_signal(signal.SIGTERM)
+    assert node.wait(30) == 0

@@ -118,6 +118,16 @@ dataset_option = click.option(
     "--dataset", type=click.Choice(DATASETS), help="A built-in data set instead of TASKS."
 )
 
+reward_option = click.option(
+    "--reward",
+    "reward_name",
+    default=None,
+    metavar="PRESET|FILE.toml",
+    help="Reward spec: binary, fraction, quality, or a TOML file; results then carry "
+    "reward_breakdown [default: the binary reward, no breakdown].",
+)
+"""``--reward PRESET|FILE.toml``: the name, loaded by :func:`execgym.reward.load_spec`."""
+
 prefix_option = click.option(
     "--prefix", default="execgym", show_default=True, help="Key prefix in Redis."
 )

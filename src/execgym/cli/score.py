@@ -26,6 +26,7 @@ from execgym.cli.options import (
     isolation_option,
     memory_size,
     positive_seconds,
+    reward_option,
     sandbox_for,
     seconds_option,
     timeout_option,
@@ -198,14 +199,7 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     "(same isolation as a fresh sandbox, several times faster)."
 )
 @allow_root_option("Let --isolation none run untrusted code as root (refused otherwise).")
-@click.option(
-    "--reward",
-    "reward_name",
-    default=None,
-    metavar="PRESET|FILE.toml",
-    help="Reward spec: binary, fraction, quality, or a TOML file; results then carry "
-    "reward_breakdown [default: the binary reward, no breakdown].",
-)
+@reward_option
 @click.option(
     "--broker",
     "broker_url",
@@ -338,8 +332,8 @@ def _open_broker(options: ScoreOptions, reward: RewardSpec | None) -> Any:
         return None
     if reward is not None:
         raise click.UsageError(
-            "--reward is computed where rollouts are judged and workers use the "
-            "binary reward for now: drop --reward, or score with --broker embedded"
+            "--reward is computed where rollouts are judged: give it to the workers "
+            "(execgym worker --reward NAME) and drop it here, or score with --broker embedded"
         )
     if options.calibrate_limits:
         raise click.UsageError(

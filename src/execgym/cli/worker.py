@@ -18,6 +18,7 @@ from execgym.cli.options import (
     count_option,
     isolation_option,
     prefix_option,
+    reward_option,
     sandbox_for,
     seconds_option,
     warm_pool_option,
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     help="Address of --metrics-port (0.0.0.0 for a Prometheus on another host).",
 )
 @breakers_option
+@reward_option
 def worker(
     broker_url: str,
     concurrency: int | None,
@@ -92,16 +94,19 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     breakers: Breakers | None,
+    reward_name: str | None,
 ) -> None:
     """Judge jobs from a broker in sandboxes until SIGTERM (then drain and exit 0).
 
     \b
     Examples:
       execgym worker --broker redis://localhost:6379/0 --concurrency 8
+      execgym worker --broker redis://localhost:6379/0 --reward quality
       execgym worker --broker redis://localhost:6379/0 --check
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     from execgym.broker import BrokerSettings, open_broker
     from execgym.broker.worker import Worker, WorkerSettings, describe_broker, run_node
+    from execgym.reward import load_spec
 
     settings = BrokerSettings(visibility_timeout_s=visibility_timeout_s)
     try:
@@ -109,6 +114,7 @@ def worker(
         if check:
             click.echo(asyncio.run(describe_broker(broker)))
             return
+        reward = load_spec(reward_name) if reward_name is not None else None
         sandbox = sandbox_for(isolation, warm_pool, allow_root)
         metrics = serve_metrics(metrics_host, metrics_port) if metrics_port is not None else None
         node = Worker(
@@ -121,6 +127,7 @@ def worker(
             ),
             breakers=breakers,
             metrics=metrics,
+            reward=reward,
         )
         asyncio.run(run_node(node))
     except Error as error:
