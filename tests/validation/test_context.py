@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from execgym.judges.base import Judgement, Verdict
+from execgym.judges.base import Judge, Judgement, Verdict
 from execgym.limits import Limits
 from execgym.sandbox.base import Status
 from execgym.testing import FakeSandbox, fake_result
@@ -11,18 +11,26 @@ from tests.validation import planted
 
 
 class ScriptedJudge:
-    """Passes every mutant whose program contains `marker`; records the limits used."""
+    """Passes every mutant whose program contains `marker`; records the limits used.
+
+    A :class:`~execgym.judges.base.Judge` (the protocol checks it below)."""
+
+    name = "scripted"
 
     def __init__(self, marker: str, masked: str) -> None:
         self.marker, self.masked = marker, masked
         self.limits: list[Limits] = []
 
-    async def judge(self, task, completion, sandbox, limits) -> Judgement:
+    async def judge(self, task, completion, sandbox, limits, *, files=None) -> Judgement:
         self.limits.append(limits)
         if self.masked in completion:
             return Judgement(Verdict.SANDBOX_ERROR, fake_result(Status.SANDBOX_ERROR))
         verdict = Verdict.PASSED if self.marker in completion else Verdict.FAILED
         return Judgement(verdict, fake_result(wall_time_s=0.01))
+
+
+def test_the_scripted_judge_is_a_judge() -> None:
+    assert isinstance(ScriptedJudge("", ""), Judge)
 
 
 async def test_context_retries_a_sandbox_error_once() -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from execgym.errors import TaskError
 from execgym.judges.assert_tests import AssertJudge
-from execgym.judges.base import Judgement, Verdict
+from execgym.judges.base import Judge, Judgement, Verdict
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox.base import RunRequest, RunResult, Sandbox
 from execgym.tasks.models import Task
@@ -132,12 +132,6 @@ SANDBOX_ATTEMPTS = 2
 """A run ending in ``sandbox_error`` is retried once, as in scoring."""
 
 
-class _Judge(Protocol):
-    async def judge(
-        self, task: Task, completion: str, sandbox: Sandbox, limits: Limits
-    ) -> Judgement: ...
-
-
 class Context:
     """Where checks run code: one sandbox, one judge, a bound on concurrent runs.
 
@@ -148,8 +142,8 @@ class Context:
         workers: Sandbox runs at once across all checks and tasks.
         coverage_site: The directory holding the ``coverage`` package, visible
             read-only inside ``sandbox`` (``None``: the coverage check is skipped).
-        judge: What judges a completion (anything with the judges' ``judge(task,
-            completion, sandbox, limits)`` method); the assert judge by default. The
+        judge: What judges a completion (a :class:`~execgym.judges.base.Judge`); the
+            assert judge by default. The
             reference, determinism, trivial and mutation checks only go through it, so
             they apply to any kind of task a judge handles; coverage and the example
             and equivalence probes call the Python entry point directly.
@@ -163,7 +157,7 @@ class Context:
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
         workers: int = 2,
         coverage_site: str | None = None,
-        judge: _Judge | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.limits = limits
