@@ -98,3 +98,29 @@ def test_a_layer_must_match_its_digest_and_stay_inside(tmp_path: Path) -> None:
     with pytest.raises(LayerError):  # a file through a symlink pointing out of the layer
         unpack_layer(_tar({"link/evil": b"1"}, {"link": str(tmp_path)}), tmp_path / "three")
     assert not (tmp_path / "evil").exists()
+
+
+def test_without_tarfiles_filters_the_same_entries_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Debian 12's Python 3.11.2 has no extraction filters (PEP 706 came in 3.11.4)
+    monkeypatch.delattr(tarfile, "tar_filter")
+    with pytest.raises(LayerError, match="leave its directory"):
+        unpack_layer(_tar({"../escape": b"1"}), tmp_path / "two")
+    with pytest.raises(LayerError, match="outside"):
+        unpack_layer(_tar({"link/evil": b"1"}, {"link": str(tmp_path)}), tmp_path / "three")
+    assert not (tmp_path / "escape").exists()
+    assert not (tmp_path / "evil").exists()
+    layer = unpack_layer(_tar({"a/b": b"1"}, {"c": "/etc"}), tmp_path / "fine")
+    assert (layer.tree / "a/b").read_bytes() == b"1"
+
+
+def test_an_ordinary_users_unpack_changes_no_mode_through_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o500)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)  # the non-root branch: dirs made u+rwx
+    layer = unpack_layer(_tar({"d/f": b"1"}, {"link": str(outside)}), tmp_path / "layer")
+    assert (outside.stat().st_mode & 0o777) == 0o500  # the symlink's target is untouched
+    assert (layer.tree / "d").stat().st_mode & 0o700 == 0o700

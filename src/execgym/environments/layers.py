@@ -123,8 +123,25 @@ def _normal(name: str) -> str:
     return os.path.normpath(name.lstrip("/")).removeprefix("./")
 
 
+def _inside_tree(tree: str, name: str, *, follow_last: bool) -> None:
+    """Refuse ``name`` if writing it would land outside ``tree`` (as it is on disk now).
+
+    The same check as :mod:`tarfile`'s ``tar`` filter (PEP 706), made here too because
+    interpreters before 3.11.4 (Debian 12's 3.11.2) have no filters.
+
+    Raises:
+        LayerError: ``..``, an absolute name, or a path through a symlink leading out.
+    """
+    if name == ".." or name.startswith("../") or os.path.isabs(name):
+        raise LayerError(f"the layer's entry {name!r} would leave its directory")
+    target = os.path.join(tree, name)
+    real = os.path.realpath(target if follow_last else os.path.dirname(target))
+    if real != tree and not real.startswith(tree + os.sep):
+        raise LayerError(f"the layer's entry {name!r} would be written outside it, at {real}")
+
+
 def _members(
-    archive: tarfile.TarFile, whiteouts: list[str], opaque: list[str], as_root: bool
+    archive: tarfile.TarFile, whiteouts: list[str], opaque: list[str], as_root: bool, tree: str
 ) -> Iterator[tarfile.TarInfo]:
     for member in archive:
         name = _normal(member.name)
@@ -140,8 +157,10 @@ def _members(
         if member.ischr() or member.isblk() or member.isfifo():
             continue
         member.name = name
+        _inside_tree(tree, name, follow_last=not member.issym())
         if member.islnk():
             member.linkname = _normal(member.linkname)
+            _inside_tree(tree, member.linkname, follow_last=True)
         member.mode &= ~(stat.S_ISUID | stat.S_ISGID)
         if not as_root:
             member.mode |= 0o700 if member.isdir() else 0o400
@@ -173,12 +192,12 @@ def unpack_layer(blob: IO[bytes], dest: Path, expected: str | None = None) -> Un
     as_root = os.geteuid() == 0
     try:
         with tarfile.open(fileobj=hashing, mode="r|") as archive:  # type: ignore[call-overload]
-            archive.extractall(
-                tree,
-                members=_members(archive, whiteouts, opaque, as_root),
-                numeric_owner=True,
-                filter="tar",
-            )
+            members = _members(archive, whiteouts, opaque, as_root, os.path.realpath(tree))
+            if hasattr(tarfile, "tar_filter"):  # Python 3.11.4 and later (PEP 706)
+                archive.extractall(tree, members=members, numeric_owner=True, filter="tar")
+            else:
+                # S202: each member was checked by _inside_tree, as the filter would
+                archive.extractall(tree, members=members, numeric_owner=True)  # noqa: S202
         hashing.drain()
     except (tarfile.TarError, EOFError, OSError) as error:
         real_os_error = isinstance(error, OSError) and not isinstance(error, tarfile.TarError)
@@ -196,7 +215,8 @@ def unpack_layer(blob: IO[bytes], dest: Path, expected: str | None = None) -> Un
             for name in dirs:
                 path = os.path.join(root, name)
                 mode = os.lstat(path).st_mode
-                os.chmod(path, stat.S_IMODE(mode) | 0o700)
+                if stat.S_ISDIR(mode):  # never through a symlink (os.walk lists them here)
+                    os.chmod(path, stat.S_IMODE(mode) | 0o700)
     (dest / WHITEOUTS).write_text(json.dumps({"whiteouts": whiteouts, "opaque": opaque}))
     return UnpackedLayer(digest, dest, tuple(whiteouts), tuple(opaque))
 
