@@ -26,11 +26,7 @@ async def hack_sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]
     if request.param == "bwrap":
         yield BubblewrapSandbox()
         return
-    for parts in (
-        ("_assert_runner.py",),
-        ("_call_runner.py",),
-        ("_pytest_runner.py", "_pytest_proxy.py"),
-    ):
-        harness_program(*parts)  # registered before the pool starts: preloaded from run 1
+    for name in ("assert_runner", "call_runner", "pytest_runner"):
+        harness_program(name)  # registered before the pool starts: preloaded from run 1
     async with WarmPoolSandbox() as pool:
         yield pool

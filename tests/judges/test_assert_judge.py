@@ -236,9 +236,10 @@ def test_no_start_marker_means_the_sandbox_failed_not_the_model() -> None:
 
 def test_start_marker_matches_the_runner() -> None:
     import ast
-    from importlib import resources
 
-    runner = resources.files("execgym.judges").joinpath("_assert_runner.py").read_text()
+    from execgym import guest
+
+    runner = guest.source("assert_runner")
     values = [
         ast.literal_eval(node.value)
         for node in ast.parse(runner).body

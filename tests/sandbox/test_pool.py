@@ -111,7 +111,7 @@ async def test_the_solution_process_holds_nothing_of_its_pid_1s_end_report(pool)
     # With state "shared" the solution's process is the harness's child and answers each
     # call itself; with "fresh" (the default) each call runs in a fork of it (one level
     # deeper, its parent the loaded solution) holding the pipes it answers on: none of
-    # them is PID 1's end-report pipe, which PID 1 keeps at fd 10 or above (_zygote.py).
+    # them is PID 1's end-report pipe, which PID 1 keeps at fd 10 or above (guest/zygote.py).
     shared = "def check(c):\n    assert c() == [[0, 1, 2, 3, 4, 5], '/dev/null', 1, %d], c()\n"
     fresh = (
         "def check(c):\n    fds, stdin, pages, parent = c()\n"

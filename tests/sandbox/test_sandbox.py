@@ -477,7 +477,7 @@ def test_cgroups_left_by_a_killed_execgym_are_swept(needs_cgroup) -> None:
 def test_the_cpu_reading_before_a_kill_stops_the_whole_tree_first() -> None:
     """A reading taken just before a kill stops every process of the tree, so the
     figure cannot fall behind what the run goes on to use before the signal lands."""
-    from execgym.sandbox._proctree import tree_cpu_time_s
+    from execgym.guest.proctree import tree_cpu_time_s
 
     code = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nwhile True: pass\n"
     root = subprocess.Popen([sys.executable, "-c", code])

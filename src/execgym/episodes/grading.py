@@ -145,7 +145,7 @@ class Grader:
     def __init__(self, sandbox: Sandbox | None = None, *, max_concurrent: int = 4) -> None:
         self.sandbox = sandbox or open_sandbox("bwrap")
         self._slots = asyncio.Semaphore(max_concurrent)
-        self._runner = harness_program("_pytest_runner.py", "_pytest_proxy.py")
+        self._runner = harness_program("pytest_runner")
 
     async def grade(
         self,

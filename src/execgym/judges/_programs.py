@@ -1,9 +1,8 @@
 """The scripts the sandbox runs for each harness, built once per process.
 
-Every Python harness is standard library only and ships as one script: the shared
-process-boundary modules (:mod:`execgym.judges._plain_data`,
-:mod:`execgym.judges._untrusted`) followed by the harness's own source, compiled here
-and sent marshalled (:func:`marshalled_program`).
+Every Python harness is standard library only and ships as one script, a bundle of
+guest modules (:func:`execgym.guest.bundle`: the process-boundary code, then the
+harness), compiled here and sent marshalled (:func:`marshalled_program`).
 """
 
 from __future__ import annotations
@@ -11,25 +10,10 @@ from __future__ import annotations
 import functools
 import marshal
 import sys
-from importlib import resources
 from types import CodeType
 
+from execgym import guest
 from execgym.sandbox import register_trusted_program
-
-
-def runner_source(name: str) -> bytes:
-    """The source of the judges' data file ``name`` (for example ``_call_runner.py``)."""
-    return resources.files("execgym.judges").joinpath(name).read_bytes()
-
-
-def with_plain_data(source: bytes, *parts: str) -> bytes:
-    """``source`` preceded by the process-boundary code, whose names it may use.
-
-    That is :mod:`execgym.judges._plain_data`, :mod:`execgym.judges._untrusted`, and
-    then the judges' data files named in ``parts``, in that order.
-    """
-    names = ("_plain_data.py", "_untrusted.py", *parts)
-    return b"\n\n".join([*(runner_source(name) for name in names), source])
 
 
 def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
@@ -57,15 +41,16 @@ def _script_for(code: CodeType) -> bytes:
 
 
 @functools.cache
-def harness_program(name: str, *parts: str) -> bytes:
-    """The harness ``name`` (``_assert_runner.py``...) with the boundary code, marshalled.
+def harness_program(name: str) -> bytes:
+    """The guest bundle ``name`` (``"assert_runner"``...), marshalled.
 
-    ``parts`` are more of the judges' data files to put before it. The script is
+    The script is
     registered as execgym's own (:func:`execgym.sandbox._trusted.register_trusted_program`),
     so a warm pool defines its functions once, ahead of the runs, and each run only
     calls its ``main()``.
     """
-    source = with_plain_data(runner_source(name), *parts)
+    source = guest.bundle(name).encode()
+    name = f"{name}.py"
     body = source.rstrip()
     if not body.endswith(b"\nmain()"):  # every harness ends by calling main()
         code = compile(source, name, "exec", dont_inherit=True, optimize=0)

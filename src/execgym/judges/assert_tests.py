@@ -14,8 +14,6 @@ from execgym.judges._cases import split_cases
 from execgym.judges._programs import (  # marshalled_program: re-exported
     harness_program,
     marshalled_program,  # noqa: F401
-    runner_source,
-    with_plain_data,
 )
 from execgym.judges.base import (
     RUN_STATUS_VERDICT,
@@ -48,21 +46,9 @@ _REPORTED["harness_error"] = Verdict.SANDBOX_ERROR
 _REPORTED["task_error"] = Verdict.INVALID  # the task's tests or prompt are broken
 
 
-def _runner_source() -> bytes:
-    return runner_source("_assert_runner.py")
-
-
 def runner_program() -> bytes:
     """The assert harness as the script the sandbox runs (see :func:`marshalled_program`)."""
-    return harness_program("_assert_runner.py")
-
-
-def harness_library() -> bytes:
-    """The assert harness's source (with the plain-data code) without ``main()``, to build on."""
-    source = _runner_source()
-    if not source.endswith(b"\nmain()\n"):
-        raise RuntimeError("the assert harness must end with main()")
-    return with_plain_data(source[: -len(b"main()\n")])
+    return harness_program("assert_runner")
 
 
 _FULL_SOLUTION_STARTS = ("def ", "async def ", "class ", "import ", "from ", "@")
@@ -191,7 +177,7 @@ def encode_job(
     reference: str | None = None,
     state: str = "fresh",
 ) -> bytes:
-    """The job the harness reads on stdin (see :mod:`execgym.judges._assert_runner`).
+    """The job the harness reads on stdin (see :mod:`execgym.guest.assert_runner`).
 
     Part one (the solution's program and entry point) is read before the solution's
     process is forked; part two (nonce, mode, the tests' context, the tests, those
@@ -325,7 +311,7 @@ def test_context(task: Task) -> str:
 class AssertJudge:
     """Judge HumanEval/MBPP-style tasks: the tests and the solution in separate processes.
 
-    The harness (:mod:`execgym.judges._assert_runner`) runs the tests; the solution runs
+    The harness (:mod:`execgym.guest.assert_runner`) runs the tests; the solution runs
     in a child process it calls through a pipe with plain data, which never holds the
     report channel (fd 3), the run's nonce or the tests. See SECURITY.md.
 

@@ -24,9 +24,9 @@ import hashlib
 import json
 import os
 import tempfile
-from importlib import resources
 from pathlib import Path
 
+from execgym import guest
 from execgym.judges.base import (
     START_MARKER,
     ErrorDetail,
@@ -94,7 +94,7 @@ def default_cache_dir() -> Path:
 
 
 def _driver_source() -> bytes:
-    return resources.files("execgym.judges").joinpath("_compile_runner.py").read_bytes()
+    return guest.source("compile_runner").encode()
 
 
 def parse_outputs(payload: bytes) -> tuple[dict[str, object], dict[str, bytes]]:

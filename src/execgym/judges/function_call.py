@@ -1,6 +1,6 @@
 """The function-call judge (LiveCodeBench functional, TACO ``fn_name``, LeetCode style).
 
-The Python harness (:mod:`execgym.judges._call_runner`) runs in the sandbox in two
+The Python harness (:mod:`execgym.guest.call_runner`) runs in the sandbox in two
 processes, like the assert harness: the harness holds the report channel and the
 run's nonce and never runs solution code; ``prompt + completion`` (as
 :func:`~execgym.judges.assert_tests.build_program` joins them) runs in a process
@@ -23,8 +23,9 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from execgym.judges._plain_data import make_codec
-from execgym.judges._programs import harness_program, runner_source
+from execgym.guest import source
+from execgym.guest.plain_data import make_codec
+from execgym.judges._programs import harness_program
 from execgym.judges.assert_tests import build_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.cases import CaseResult, case_judgement
@@ -38,7 +39,7 @@ _SHOWN = 200
 
 
 def encode_python_call_job(nonce: str, task: Task, program: str, state: str = "") -> bytes:
-    """The job the Python harness reads on stdin (see :mod:`execgym.judges._call_runner`).
+    """The job the Python harness reads on stdin (see :mod:`execgym.guest.call_runner`).
 
     Part one (the entry point and the program) is read before the solution's process is
     forked; part two (the nonce, the per-case limit, the state mode and the cases, as
@@ -62,7 +63,7 @@ def _part(data: bytes) -> bytes:
 
 
 def encode_call_job(nonce: str, task: Task, program: str) -> bytes:
-    """The job the JavaScript harness reads on stdin (see :file:`_call_runner.js`)."""
+    """The job the JavaScript harness reads on stdin (see :file:`execgym/guest/call_runner.js`)."""
     cases = [c.model_dump(include={"args", "kwargs"}) for c in _cases(task)]
     program_bytes = program.encode("utf-8", "surrogatepass")
     limit_ms = round((task.case_time_limit_s or 0) * 1000)
@@ -130,15 +131,15 @@ class FunctionCallJudge:
     """Judge ``function_call`` tasks in Python and JavaScript; see the module docstring.
 
     JavaScript runs ``prompt + completion`` under node with the same protocol
-    (:file:`_call_runner.js`); its per-case time limit is not enforced call by call
+    (:file:`execgym/guest/call_runner.js`); its per-case time limit is not enforced call by call
     (node cannot interrupt a synchronous call), only the run's, which it sets.
     """
 
     name = "function_call"
 
     def __init__(self) -> None:
-        self._runner = harness_program("_call_runner.py")
-        self._node_runner = runner_source("_call_runner.js")
+        self._runner = harness_program("call_runner")
+        self._node_runner = source("call_runner.js").encode()
 
     async def judge(
         self,

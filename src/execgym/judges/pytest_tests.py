@@ -2,7 +2,7 @@
 
 The completion is written to ``Task.solution_path`` (``solution.py``), a rollout's
 ``files`` beside it, the task's ``test_files`` last (a rollout can never replace them),
-and the harness (:mod:`execgym.judges._pytest_runner`) runs pytest on the test files in
+and the harness (:mod:`execgym.guest.pytest_runner`) runs pytest on the test files in
 the sandbox. pytest comes from the host environment's site-packages, bound read-only
 into the sandbox (see :func:`execgym.sandbox.bwrap.default_read_only_paths`), with
 plugin autoloading off. Every test's outcome (``passed``, ``failed``, ``error``,
@@ -211,7 +211,7 @@ def _last_line(text: object) -> str:
 
 
 def encode_pytest_job(nonce: str, task: Task, rollout_files: list[str]) -> bytes:
-    """The job the harness reads on stdin (see :mod:`execgym.judges._pytest_runner`).
+    """The job the harness reads on stdin (see :mod:`execgym.guest.pytest_runner`).
 
     Part one (the mode and the rollout's file names) is read before the solution's
     process is forked; part two (the nonce and the test files) only after.
@@ -228,7 +228,7 @@ class PytestJudge:
     name = "pytest"
 
     def __init__(self) -> None:
-        self._runner = harness_program("_pytest_runner.py", "_pytest_proxy.py")
+        self._runner = harness_program("pytest_runner")
 
     async def judge(
         self,

@@ -4,7 +4,7 @@ BigCodeBench's tests are a ``unittest.TestCase`` class, ``TestCases``, that chec
 real objects the solution returns (DataFrames, matplotlib axes, mocks of ``requests``),
 so they cannot cross a plain-data boundary: upstream (``bigcodebench.eval``) executes
 ``solution + "\\n" + tests`` as one module and runs the class with ``unittest``. This
-judge does the same inside the sandbox (:mod:`execgym.judges._unittest_runner`): one
+judge does the same inside the sandbox (:mod:`execgym.guest.unittest_runner`): one
 process, one namespace, the upstream environment (``TZ=UTC``, ``OMP_NUM_THREADS=1``,
 matplotlib's ``Agg`` backend, an empty temporary working directory, the solution's
 output swallowed), third-party libraries from execgym's own environment bound
@@ -40,10 +40,10 @@ import secrets
 import sys
 import tempfile
 from collections.abc import Mapping
-from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
 
+from execgym import guest
 from execgym.judges.assert_tests import build_program, marshalled_program
 from execgym.judges.base import ErrorDetail, Judgement, Verdict, harness_report
 from execgym.judges.pytest_tests import summarize_tests
@@ -118,8 +118,7 @@ def _read_font_lists(config: Path) -> dict[str, bytes]:
 @functools.cache
 def runner_program() -> bytes:
     """The unittest harness as the script the sandbox runs."""
-    source = resources.files("execgym.judges").joinpath("_unittest_runner.py").read_bytes()
-    return marshalled_program(source, "_unittest_runner.py")
+    return marshalled_program(guest.bundle("unittest_runner").encode(), "unittest_runner.py")
 
 
 def unittest_program(task: Task, completion: str) -> str:
@@ -134,7 +133,7 @@ def solution_part(task: Task, completion: str) -> str:
 
 
 def encode_job(nonce: str, program: str, solution_lines: int = 0) -> bytes:
-    """The job the harness reads on stdin (see :mod:`execgym.judges._unittest_runner`).
+    """The job the harness reads on stdin (see :mod:`execgym.guest.unittest_runner`).
 
     ``solution_lines`` is how many of the program's first lines are the solution's
     (prefix and completion): code compiled from the lines after them is the tests'.

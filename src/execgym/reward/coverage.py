@@ -4,7 +4,7 @@ The completion is test code: top-level ``assert`` statements or ``test_*`` funct
 that call the task's entry point. It runs in the sandbox against the task's reference
 (prompt + reference), with the reference in the harness's own process under
 coverage.py and the tests in another, calling it through a pipe with plain data (see
-:mod:`execgym.reward._coverage_runner`). So coverage is measured where the tests
+:mod:`execgym.guest.coverage_reward`). So coverage is measured where the tests
 cannot reach it: they earn it only by calling the reference. The percentages are then
 computed here from the reference's own text (coverage.py's parser, reading trusted
 code): line coverage = executed statements / statements, branch coverage = taken
@@ -19,14 +19,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
+from execgym import guest
 from execgym.errors import ConfigError
 from execgym.judges.assert_tests import (
     _parse_report,
     build_program,
-    harness_library,
     interpret_run,
     marshalled_program,
 )
@@ -64,8 +63,7 @@ def coverage_files() -> dict[str, bytes]:
 @cache
 def coverage_program() -> bytes:
     """The coverage harness, as the script the sandbox runs."""
-    extra = resources.files("execgym.reward").joinpath("_coverage_runner.py").read_bytes()
-    return marshalled_program(harness_library() + b"\n\n" + extra, "coverage_runner.py")
+    return marshalled_program(guest.bundle("coverage_reward").encode(), "coverage_reward.py")
 
 
 def _percentages(reference: str, lines: list[int], arcs: list[list[int]]) -> tuple[float, float]:

@@ -3,7 +3,7 @@ r"""Prestarted bwrap sandboxes: fresh sandboxes set up before their run is known
 Setting a bwrap sandbox up (namespaces, mounts, the seccomp filter, moving it into a
 cgroup, which sleeps for ~11 ms on cgroup v1 here) takes longer than starting Python.
 A :class:`Prestarter` does that ahead: it keeps a few complete sandboxes, each in its
-own fresh cgroup, whose command is :mod:`execgym.sandbox._trampoline`, waiting for a
+own fresh cgroup, whose command is :mod:`execgym.guest.trampoline`, waiting for a
 job. A run takes one, gives its cgroup the run's limits, sends the job (argv,
 environment, files, stdin, rlimits) and the trampoline ``execve``\ s the program. Each
 prestarted sandbox serves exactly one run and is then gone, so isolation is that of a
@@ -26,8 +26,8 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 
+from execgym import guest
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.sandbox._cgroup import RunCgroup, detect_cgroups
 from execgym.sandbox._process import (
@@ -56,8 +56,8 @@ Key = tuple[int, str]
 
 
 def trampoline_source() -> str:
-    """The source of :mod:`execgym.sandbox._trampoline`, run with ``python -c``."""
-    return resources.files("execgym.sandbox").joinpath("_trampoline.py").read_text()
+    """The source of :mod:`execgym.guest.trampoline`, run with ``python -c``."""
+    return guest.source("trampoline")
 
 
 def prestart_possible() -> bool:
@@ -90,7 +90,7 @@ class Ready:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """What a run needs besides its sandbox (see :mod:`execgym.sandbox._trampoline`)."""
+    """What a run needs besides its sandbox (see :mod:`execgym.guest.trampoline`)."""
 
     argv: Sequence[str]
     env: Mapping[str, str]

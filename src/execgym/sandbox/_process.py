@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from execgym.guest.proctree import total_bytes_written, tree_cpu_time_s, tree_rss_bytes
 from execgym.sandbox._cgroup import RunCgroup
-from execgym.sandbox._proctree import total_bytes_written, tree_cpu_time_s, tree_rss_bytes
 from execgym.sandbox._supervise import (
     ProcessOutcome,
     RunPipes,

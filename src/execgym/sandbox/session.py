@@ -4,7 +4,7 @@ Multi-turn agent episodes need a sandbox whose files (and background processes) 
 between commands. :func:`open_session` starts a bwrap sandbox with the same isolation
 as a one-shot run (namespaces, read-only system view, an unprivileged uid, as root a
 host uid of its own, seccomp, a private tmpfs ``/work`` of ``Limits.disk_bytes``)
-whose program is a small agent (:mod:`execgym.sandbox._session_agent`). Memory and
+whose program is a small agent (:mod:`execgym.guest.session_agent`). Memory and
 process limits apply to the whole session through its cgroup; each command has its own
 wall-clock, CPU and output limits.
 
@@ -32,9 +32,9 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from importlib import resources
 from typing import Any
 
+from execgym import guest
 from execgym.errors import SandboxError, SandboxSetupFailed
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox._cgroup import RunCgroup
@@ -99,7 +99,7 @@ class Session:
         )
         # CPU time is limited per command by the agent; the session itself lives long.
         rlimits = [limit for limit in rlimits if limit[0] != resource.RLIMIT_CPU]
-        agent = resources.files("execgym.sandbox").joinpath("_session_agent.py").read_text()
+        agent = guest.source("session_agent")
         argv = box._argv(
             [*python_command("-c")[:-1], "-c", agent, str(_CONTROL_FD)],
             self.limits,

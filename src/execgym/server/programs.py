@@ -2,7 +2,7 @@
 
 Interpreted code with no files to fetch runs as one sandbox run (Python through
 ``run_python``, so the warm pool serves it). Compiled code, and any request that fetches
-files back, runs :mod:`execgym.server._step_runner` inside one sandbox: it compiles and
+files back, runs :mod:`execgym.guest.step_runner` inside one sandbox: it compiles and
 runs with a timeout per step and reports each step, while the sandbox's own limits
 (memory, processes, disk, network, the sum of the timeouts) hold over the whole run.
 Nothing the request sends runs in this process.
@@ -17,9 +17,9 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
+from execgym import guest
 from execgym.errors import TaskError
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox import python_command
@@ -240,7 +240,7 @@ async def _run_steps(
 
 @functools.cache
 def _step_runner_source() -> bytes:
-    return resources.files("execgym.server").joinpath("_step_runner.py").read_bytes()
+    return guest.source("step_runner").encode()
 
 
 def outcome_from_report(result: RunResult) -> ProgramOutcome:

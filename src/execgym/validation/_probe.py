@@ -7,8 +7,8 @@ the tests and the prompt use) and to check the prompt's examples against the ref
 from __future__ import annotations
 
 import json
-from importlib import resources
 
+from execgym import guest
 from execgym.limits import Limits
 from execgym.sandbox.base import Status
 from execgym.validation.base import Context
@@ -21,13 +21,13 @@ MAX_PROBE_S = 60.0
 
 
 def _runner() -> bytes:
-    return resources.files("execgym.validation").joinpath("_probe_runner.py").read_bytes()
+    return guest.source("probe_runner").encode()
 
 
 async def probe(
     ctx: Context, programs: list[str], entry_point: str, calls: list[str], limits: Limits
 ) -> list[list[str] | None] | None:
-    """Outcomes of ``calls`` for each program (see :mod:`._probe_runner`).
+    """Outcomes of ``calls`` for each program (see :mod:`execgym.guest.probe_runner`).
 
     Returns:
         One list of outcomes per program (``None`` for a program that did not load),

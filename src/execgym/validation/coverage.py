@@ -16,11 +16,11 @@ reference's to cover).
 from __future__ import annotations
 
 import json
-from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from execgym import guest
 from execgym.errors import ConfigError
 from execgym.sandbox.base import Status
 from execgym.sandbox.bwrap import WORK_DIR, interpreter_paths
@@ -73,7 +73,7 @@ def sandbox_paths(site: str | None) -> list[str]:
 
 
 def _runner() -> bytes:
-    return resources.files("execgym.validation").joinpath("_coverage_runner.py").read_bytes()
+    return guest.source("coverage_validation").encode()
 
 
 def _fraction(covered: int, total: int) -> float:

@@ -13,7 +13,7 @@ namespace, i.e. yours) with no capabilities,
 ``no_new_privs``, the same seccomp filter, and only the run's own descriptors. The
 zygote never runs user code and never reads a job's contents (they travel in
 descriptors it only hands on), so one rollout cannot see another's. See
-:mod:`execgym.sandbox._zygote` for the child's steps.
+:mod:`execgym.guest.zygote` for the child's steps.
 
 Non-Python programs (``RunRequest(argv=...)``) go to a plain :class:`BubblewrapSandbox`.
 

@@ -1,7 +1,7 @@
 """The warm pool's zygote as the host sees it: its process and its control socket.
 
 :class:`ZygoteControl` starts the zygote (a Python interpreter in one bwrap sandbox,
-running :mod:`execgym.sandbox._zygote`), sends it jobs and kills over a
+running :mod:`execgym.guest.zygote`), sends it jobs and kills over a
 ``SOCK_SEQPACKET`` socket (descriptors travel with them as ``SCM_RIGHTS``), routes its
 answers to the run waiting for them, and kills it with everything it forked.
 """
@@ -18,9 +18,9 @@ import resource
 import socket
 import subprocess
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
+from execgym import guest
 from execgym.environments.model import Environment
 from execgym.environments.mounts import bwrap_root_args, remap_argv
 from execgym.errors import SandboxSetupFailed
@@ -76,10 +76,8 @@ def _set_once(future: asyncio.Future[None]) -> None:
 
 
 def zygote_source() -> str:
-    """The zygote's program: :mod:`~execgym.sandbox._proctree` then its own loop."""
-    package = resources.files("execgym.sandbox")
-    source = package.joinpath("_proctree.py").read_text()
-    return source + package.joinpath("_zygote.py").read_text()
+    """The zygote's program: the guest bundle ``zygote`` (see :data:`execgym.guest.BUNDLES`)."""
+    return guest.bundle("zygote")
 
 
 class ZygoteControl:

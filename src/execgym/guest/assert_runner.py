@@ -1,4 +1,3 @@
-# ruff: noqa: F821 - run after _plain_data and _untrusted, whose names it uses
 r"""The assert-test harness, run INSIDE the sandbox: tests in one process, solution in another.
 
 Protocol:
@@ -63,12 +62,23 @@ The harness imports only ``os``, ``sys`` and ``ctypes`` (for ``prctl``; the warm
 has it loaded already), besides ``marshal`` and ``_frozen_importlib_external``, which
 every CPython has loaded at start-up, so a rollout pays only for the modules its own code imports.
 The codec, the frames and both sides of the process boundary are
-:mod:`execgym.judges._plain_data`, whose source precedes this one in the script the
+:mod:`execgym.guest.plain_data`, whose source precedes this one in the script the
 sandbox runs (the names this module uses without defining come from there).
 """
 
 import os
 import sys
+
+from .plain_data import BUILTINS, format_traceback, make_codec, make_frames
+from .untrusted import (
+    END_WAIT_S,
+    Remote,
+    Solution,
+    SolutionAborted,
+    is_standard_module,
+    make_non_dumpable,
+    read_part,
+)
 
 START_MARKER = b"EXECGYM-START\n"
 

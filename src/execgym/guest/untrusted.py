@@ -1,16 +1,29 @@
-# ruff: noqa: F821 - run after execgym.judges._plain_data, whose names it uses
 """The solution's process and the harness's handle on it, run INSIDE the sandbox.
 
 The harness forks the solution's process (:func:`fork_untrusted`) before it reads
 anything secret (the nonce, the tests, the cases) and talks to it only through
 :class:`Solution`: requests and answers are frames of plain data
-(:mod:`execgym.judges._plain_data`, whose source precedes this one in every harness
+(:mod:`execgym.guest.plain_data`, whose source precedes this one in every harness
 script). :func:`solution_process` is the solution's side for the assert and
 function-call harnesses; the pytest harness brings its own.
 """
 
 import os
 import sys
+
+from .plain_data import (
+    ARGUMENT_DEPTH,
+    BUILTINS,
+    MAX_DEPTH,
+    PLAIN,
+    PLAIN_TYPES,
+    Refused,
+    describe_refusal,
+    format_traceback,
+    make_codec,
+    make_frames,
+    offender,
+)
 
 
 def make_answerer(answers, sources, codec=None, allowed=None):

@@ -1,6 +1,6 @@
 // The function-call harness for JavaScript, run INSIDE the sandbox by node.
 //
-// The same protocol as _call_runner.py: START_MARKER on fd 3 first; stdin holds
+// The same protocol as call_runner.py: START_MARKER on fd 3 first; stdin holds
 // "EXECGYM-CALL1 <nonce> <fn_name> <program bytes> <ms>\n", the program, then the cases
 // as JSON. stdin is read whole and closed (so /proc/self/fd/0 cannot be re-read), the
 // program is loaded with require/module in scope, fn_name is found (a function; else a

@@ -1,11 +1,10 @@
-# ruff: noqa: F821 - run after execgym.judges._plain_data and _untrusted, whose names it uses
-"""The pytest harness's proxy mode, run INSIDE the sandbox (see ``_pytest_runner``).
+"""The pytest harness's proxy mode, run INSIDE the sandbox (see ``pytest_runner``).
 
 :func:`module_server` is the solution's process: it imports the rollout's modules
 when asked and serves calls, attribute reads and builtin operations on them. In the
 harness, :class:`ModuleServer` is the import hook that gives the tests proxy modules
 built from the rollout's parsed source (:func:`describe_source`, never run), and
-:class:`Remote` stands in for each of the rollout's objects. Objects that are not plain
+:class:`ProxyRemote` stands in for each of the rollout's objects. Objects that are not plain
 data cross as handles, ``(HANDLE, id, type name)`` from the solution and ``(HANDLE,
 id)`` back to it.
 """
@@ -13,9 +12,12 @@ id)`` back to it.
 import os
 import sys
 
+from .plain_data import BUILTINS, MAX_DEPTH, PLAIN, Refused, as_plain, describe_refusal
+from .untrusted import Solution, SolutionError, make_answerer, requests
+
 HANDLE = "\x00execgym-handle"
 OPERATIONS = ("len", "iter", "next", "bool", "str", "int", "float", "getitem", "contains")
-"""What a :class:`Remote` forwards as builtin operations (its dunder methods)."""
+"""What a :class:`ProxyRemote` forwards as builtin operations (its dunder methods)."""
 
 
 def module_server(libraries, commands, answers):
@@ -106,7 +108,7 @@ def module_server(libraries, commands, answers):
         reply(exported)
 
 
-class Remote:
+class ProxyRemote:
     """The harness's stand-in for an object that lives in the solution process."""
 
     __slots__ = ("_path", "_root", "_server")
@@ -133,10 +135,10 @@ class Remote:
     def __eq__(self, other):
         if self is other:
             return True
-        if not self._path or isinstance(other, Remote):
+        if not self._path or isinstance(other, ProxyRemote):
             return NotImplemented  # identity: the solution's __eq__ never decides
         value = self._server.request("get", self._root, self._path)
-        return NotImplemented if isinstance(value, Remote) else value == other
+        return NotImplemented if isinstance(value, ProxyRemote) else value == other
 
     def __ne__(self, other):
         equal = self.__eq__(other)
@@ -152,7 +154,7 @@ class Remote:
 
 
 def forwarding(operation):
-    """A method of :class:`Remote` that applies ``operation`` in the solution process."""
+    """A method of :class:`ProxyRemote` that applies ``operation`` in the solution process."""
 
     def method(self, *args):
         __tracebackhide__ = True
@@ -170,7 +172,7 @@ def forwarding(operation):
 
 
 for _operation in OPERATIONS:  # len(), iter(), next(), bool(), str(), int(), float(), [], in
-    setattr(Remote, "__%s__" % _operation, forwarding(_operation))
+    setattr(ProxyRemote, "__%s__" % _operation, forwarding(_operation))
 
 
 class ModuleServer:
@@ -225,10 +227,10 @@ class ModuleServer:
 
     def wrap(self, value):
         kind = type(value)
-        if kind is Remote:
+        if kind is ProxyRemote:
             if value._path or value._root[0] == "module":
                 value = self.request("get", value._root, value._path)
-                if type(value) is not Remote:
+                if type(value) is not ProxyRemote:
                     return value
             return (HANDLE, value._root[1])
         if kind in (list, tuple, set, frozenset):
@@ -240,7 +242,7 @@ class ModuleServer:
     def unwrap(self, value):
         kind = type(value)
         if kind is tuple and len(value) == 3 and value[0] == HANDLE:
-            return Remote(self, ("handle", value[1]))
+            return ProxyRemote(self, ("handle", value[1]))
         if kind in (list, tuple, set, frozenset):
             return kind(self.unwrap(item) for item in value)
         if kind is dict:
@@ -288,7 +290,7 @@ class ModuleServer:
 
         def missing(attribute):
             if attribute in names or (everything and not attribute.startswith("__")):
-                return Remote(server, root, (attribute,))
+                return ProxyRemote(server, root, (attribute,))
             raise AttributeError("module %r has no attribute %r" % (name, attribute))
 
         module.__getattr__ = missing

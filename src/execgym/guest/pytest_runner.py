@@ -1,4 +1,3 @@
-# ruff: noqa: F821 - run after _plain_data, _untrusted and _pytest_proxy, whose names it uses
 """The pytest harness, run INSIDE the sandbox, in one of two modes.
 
 Protocol: it writes ``START_MARKER`` to fd 3 and makes itself non-dumpable first.
@@ -18,7 +17,7 @@ Mode ``proxy``: pytest and the tests run in the harness, and the rollout's modul
 never executed there. Importing one gives a proxy module built from the module's
 *parsed* source (never run): its top-level names, its literal constants (bound as
 values) and its exception classes (local classes of the same names and builtin bases,
-so ``pytest.raises(solution.MyError)`` works). Every other name is a :class:`Remote`
+so ``pytest.raises(solution.MyError)`` works). Every other name is a :class:`ProxyRemote`
 that forwards calls, attribute reads, ``len``, ``iter``, ``next``, indexing, ``in``,
 ``bool``, ``str``, ``int`` and ``float`` to the solution process as plain data; results
 come back as plain data, or as handles (new remotes) for other objects. The solution
@@ -42,6 +41,10 @@ that test's failure: a skip raised by the rollout is not a pass.
 import contextlib
 import os
 import sys
+
+from .plain_data import make_codec, make_frames
+from .pytest_proxy import ImportGuard, ModuleServer
+from .untrusted import make_non_dumpable, read_part
 
 START_MARKER = b"EXECGYM-START\n"
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F821 - run after _plain_data and _untrusted, whose names it uses
 """The function-call harness, run INSIDE the sandbox: the harness and the solution apart.
 
 Protocol:
@@ -17,7 +16,7 @@ Protocol:
    process taken after the import, so no state carries from one case to the next;
    ``shared`` serves them all from one process. For each case it sends the arguments
    over the pipe and gets the result back as plain data
-   (:mod:`execgym.judges._plain_data`), decoded into fresh builtin objects. The
+   (:mod:`execgym.guest.plain_data`), decoded into fresh builtin objects. The
    solution's process arms a ``SIGALRM`` timer per call; should it not answer within
    the limit plus 0.5 s anyway (it disarmed the timer, or is stuck in C code), the
    harness kills it, and that case and every later one are timeouts.
@@ -36,6 +35,18 @@ with the expected values happens outside the sandbox.
 
 import os
 import sys
+
+from .plain_data import PLAIN, make_codec, make_frames
+from .untrusted import (
+    END_WAIT_S,
+    CaseTimeout,
+    Remote,
+    Solution,
+    SolutionAborted,
+    Tampered,
+    make_non_dumpable,
+    read_part,
+)
 
 START_MARKER = b"EXECGYM-START\n"
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F821 - appended to execgym.judges._assert_runner, whose names it uses
 r"""The coverage harness: the model's tests in one process, the reference in another.
 
 Appended to the assert harness's source (it uses its codec, frames and helpers), it
@@ -17,6 +16,13 @@ runs INSIDE the sandbox, for tasks where the model writes tests:
    only earn it by calling the reference; the judge computes the percentages from the
    reference's own text.
 """
+
+import os
+import sys
+
+from .assert_runner import START_MARKER
+from .plain_data import BUILTINS, Refused, make_codec, make_frames
+from .untrusted import SolutionError, fork_untrusted
 
 
 def tests_process(tests, entry_point, answers, commands):

@@ -1,7 +1,7 @@
 """Plain data across a process boundary: the code both harnesses run INSIDE the sandbox.
 
 Every Python harness script starts with this module's source, then
-:mod:`execgym.judges._untrusted` (the solution's process and the harness's handle on
+:mod:`execgym.guest.untrusted` (the solution's process and the harness's handle on
 it), then the harness's own (see :func:`execgym.judges._programs.harness_program`).
 Values cross the process boundary as length-prefixed frames (:func:`make_frames`) of
 plain data (:func:`make_codec`: ``None``, ``bool``, ``int``, ``float``, ``complex``,
