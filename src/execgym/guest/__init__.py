@@ -152,8 +152,7 @@ def _as_part(
                 "not the bundle's first part"
             )
     final = tree.body[-1] if tree.body else None
-    if not last and _is_main_call(final):
-        assert final is not None
+    if not last and final is not None and _is_main_call(final):
         dropped.append((final.lineno, final.end_lineno or final.lineno))
     if not dropped:
         return text
@@ -163,7 +162,7 @@ def _as_part(
     return "".join(lines)
 
 
-def _is_main_call(node: ast.stmt | None) -> bool:
+def _is_main_call(node: ast.stmt) -> bool:
     return (
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Call)
