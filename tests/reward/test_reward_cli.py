@@ -27,12 +27,15 @@ def test_quality_scores_every_humaneval_task_with_a_breakdown(bwrap_sandbox, tmp
     assert code == 0, output
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(results) == 164
-    kinds = {"correctness", "static", "complexity", "security", "efficiency"}
+    measured = {"correctness", "static", "complexity", "security", "efficiency"}
+    diagnosed = {"leak", "scaling"}  # only with diagnostics (--diagnose or the task's field)
     for result in results:
         breakdown = result["reward_breakdown"]
         assert result["verdict"] == "passed"
-        assert set(breakdown["components"]) == kinds
-        assert all(c["score"] is not None for c in breakdown["components"].values())
+        assert set(breakdown["components"]) == measured | diagnosed
+        assert all(breakdown["components"][k]["score"] is not None for k in measured)
+        assert all(breakdown["components"][k]["score"] is None for k in diagnosed)
+        assert "diagnostics" not in result
         assert 0.0 < result["reward"] <= 1.0
         assert result["reward"] == breakdown["total"]
         assert breakdown["explanation"].startswith(f"{result['reward']:.3f} = ")

@@ -80,6 +80,7 @@ class ScoreOptions:
     store_url: str | None
     batch_id: str | None
     state: str | None
+    diagnose: str | None
     breakers: Breakers | None
 
     @property
@@ -243,6 +244,16 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     "serves them all from one process. Overrides each task's `state` [default: the task's, "
     "fresh].",
 )
+@click.option(
+    "--diagnose",
+    "diagnose",
+    default=None,
+    metavar="CHECKS",
+    help="Diagnose each rollout that passes: a comma-separated list of leaks, hotspots, "
+    "complexity (docs/diagnostics.md: what each costs); results then carry diagnostics, "
+    "and the leak and scaling reward components apply. Overrides each task's `diagnose` "
+    "checks [default: the task's, none without it].",
+)
 @breakers_option
 def score(**params: Any) -> None:
     """Score ROLLOUTS against TASKS (or a built-in data set) and write results JSONL.
@@ -255,6 +266,7 @@ def score(**params: Any) -> None:
       execgym score --dataset humaneval my_rollouts.jsonl -o results.jsonl
       execgym score tasks.jsonl rollouts.jsonl -o results.jsonl --timeout 5 --memory 256MiB
       execgym score --dataset humaneval --solutions canonical --reward quality
+      execgym score tasks.jsonl rollouts.jsonl --diagnose leaks,hotspots --reward quality
       execgym score tasks.jsonl rollouts.jsonl --broker redis://localhost:6379/0
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     run_score(ScoreOptions(**params))
@@ -273,6 +285,7 @@ def run_score(options: ScoreOptions) -> None:
     try:
         limits = options.limits
         reward = _load_reward(options.reward_name)
+        diagnose_checks(options.diagnose)
         check_inputs(*options.inputs)
         broker = _open_broker(options, reward)
     except Error as error:
@@ -314,6 +327,19 @@ def run_score(options: ScoreOptions) -> None:
         _exit_if_damaged(stream.damaged)
 
 
+def diagnose_checks(text: str | None) -> tuple[str, ...] | None:
+    """The checks of ``--diagnose`` (``None`` without it).
+
+    Raises:
+        ConfigError: for an unknown check, naming the known ones.
+    """
+    if text is None:
+        return None
+    from execgym.diagnostics import parse_checks
+
+    return parse_checks(text)
+
+
 def _load_reward(reward_name: str | None) -> RewardSpec | None:
     if reward_name is None:
         return None
@@ -334,6 +360,12 @@ def _open_broker(options: ScoreOptions, reward: RewardSpec | None) -> Any:
         raise click.UsageError(
             "--reward is computed where rollouts are judged: give it to the workers "
             "(execgym worker --reward NAME) and drop it here, or score with --broker embedded"
+        )
+    if options.diagnose is not None:
+        raise click.UsageError(
+            "--diagnose runs where rollouts are judged, which workers do not yet take from "
+            "the command line: put `diagnose` in the tasks instead, or score with --broker "
+            "embedded"
         )
     if options.calibrate_limits:
         raise click.UsageError(

@@ -318,6 +318,7 @@ def _load_for_scoring(
     the judges' harnesses (registered before the first run, so the warm pool preloads
     them) while the zygote boots.
     """
+    from execgym.diagnostics import parse_checks
     from execgym.judges.compile import Builder
     from execgym.scoring import Scorer
 
@@ -342,6 +343,7 @@ def _load_for_scoring(
         breakers=options.breakers,
         state=options.state,
         calibrator=calibrator,
+        diagnose=parse_checks(options.diagnose) if options.diagnose else None,
     )
     return scorer, items
 

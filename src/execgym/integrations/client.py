@@ -46,12 +46,15 @@ class SampleScore:
         verdict: ``passed``, ``failed``, ``tampered``, ``sandbox_error``, ``invalid``...
         message: Why, for humans.
         breakdown: The reward's components (``RewardBreakdown.to_json()``), if any.
+        diagnostics: Leaks, hot spots and complexity (``Diagnostics.to_json()``, see
+            docs/diagnostics.md), when the task or the client asked for them.
     """
 
     reward: float | None
     verdict: str
     message: str = ""
     breakdown: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
 
     @property
     def masked(self) -> bool:
@@ -70,6 +73,8 @@ class RewardClient:
         concurrency: Runs at once (default: CPU count).
         breakers: Circuit breakers per task type (see :mod:`execgym.ops.breakers`): a
             sample of a quarantined type is ``quarantined``, masked (``None``), at once.
+        diagnose: Diagnostics for every sample that passes (``("leaks", "hotspots",
+            "complexity")``, docs/diagnostics.md); ``None``: each task's ``diagnose``.
 
     Raises:
         ConfigError: for an unknown reward or a missing tool it needs.
@@ -83,8 +88,10 @@ class RewardClient:
         reward: RewardSpec | str = "binary",
         concurrency: int | None = None,
         breakers: Breakers | None = None,
+        diagnose: tuple[str, ...] | None = None,
     ) -> None:
         self.breakers = breakers
+        self.diagnose = diagnose
         self.spec = reward if isinstance(reward, RewardSpec) else load_spec(reward)
         self.limits = limits
         self._sandbox = sandbox
@@ -126,11 +133,18 @@ class RewardClient:
         async with self._slots:
             if self._scoring is None:
                 self._scoring = Scoring(
-                    self._box(), self.limits, reward=self.spec, breakers=self.breakers
+                    self._box(),
+                    self.limits,
+                    reward=self.spec,
+                    breakers=self.breakers,
+                    diagnose=self.diagnose,
                 )
             result = await score_rollout(self._scoring, task, rollout)
         breakdown = result.reward_breakdown.to_json() if result.reward_breakdown else None
-        return SampleScore(result.reward, result.verdict.value, result.message, breakdown)
+        diagnostics = result.diagnostics.to_json() if result.diagnostics else None
+        return SampleScore(
+            result.reward, result.verdict.value, result.message, breakdown, diagnostics
+        )
 
     async def score(
         self, completion: Any, ground_truth: str | dict[str, Any], *, task_id: str | None = None

@@ -16,6 +16,7 @@ from execgym.sandbox.base import RunResult, Status
 
 if TYPE_CHECKING:
     from execgym.judges.compile import Builder
+    from execgym.judges.diagnosis import Diagnostics
     from execgym.limits import Limits
     from execgym.sandbox.base import Sandbox
     from execgym.tasks.models import Task
@@ -81,6 +82,9 @@ class Judgement:
         error: The exception raised, for ``failed`` and ``error`` verdicts.
         message: A short explanation for humans.
         details: Judge-specific extra facts (JSON-serialisable).
+        diagnostics: Leaks, hot spots and complexity
+            (:class:`~execgym.diagnostics.Diagnostics`), when the task or the run asked
+            for them; added after the judge by the scorer.
     """
 
     verdict: Verdict
@@ -88,6 +92,7 @@ class Judgement:
     error: ErrorDetail | None = None
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    diagnostics: Diagnostics | None = None
 
 
 def tail_text(data: bytes, limit: int = 2000) -> str:

@@ -159,6 +159,7 @@ class Builder:
         *,
         conventions: Conventions | None = None,
         headers: dict[str, bytes] | None = None,
+        extra_flags: tuple[str, ...] = (),
     ) -> Program | Judgement:
         """Make ``source`` runnable; compile it (once per distinct source) if need be.
 
@@ -173,6 +174,8 @@ class Builder:
                 and int digits); ``None`` for execgym's own programs (checkers, probes).
             headers: Files placed beside the source for the compile only (a checker's
                 ``testlib.h``); part of the cache key.
+            extra_flags: Compiler options put after the language's own (later options
+                win: ``-O0 -g`` for the diagnostics' build); part of the cache key.
         """
         toolchain = find_toolchain(language)
         if toolchain is None:
@@ -185,8 +188,9 @@ class Builder:
             message = f"the {language} toolchain does not work in the {sandbox.name} sandbox"
             return Judgement(Verdict.LANGUAGE_UNAVAILABLE, message=f"{message}: {problem}")
         return await self._build(
-            language, toolchain, source, sandbox, limits, conventions=conventions, headers=headers
-        )
+            language, toolchain, source, sandbox, limits, conventions=conventions,
+            headers=headers, extra_flags=extra_flags,
+        )  # fmt: skip
 
     async def _probe(self, language: str, toolchain: Toolchain, sandbox: Sandbox) -> str:
         if language == "python" or language in self._probed:
@@ -225,6 +229,7 @@ class Builder:
         trust_cached_errors: bool = True,
         conventions: Conventions | None = None,
         headers: dict[str, bytes] | None = None,
+        extra_flags: tuple[str, ...] = (),
     ) -> Program | Judgement:
         spec = SPECS[language]
         name = spec.source_name(source)
@@ -237,7 +242,7 @@ class Builder:
             python = code if language == "python" else None
             stack = conventions.stack_bytes if conventions and language == "javascript" else None
             return Program(language, argv, {name: code}, spec.env, python, stack)
-        argv = spec.compile(toolchain, name)
+        argv = [*spec.compile(toolchain, name), *extra_flags]
         if conventions is not None:
             argv = await asyncio.to_thread(
                 apply_conventions, language, toolchain, argv, conventions

@@ -22,8 +22,10 @@ from execgym.reward.spec import (
     Correctness,
     Coverage,
     Efficiency,
+    Leak,
     Penalty,
     RewardSpec,
+    Scaling,
     Security,
     Static,
 )
@@ -91,6 +93,52 @@ def efficiency_score(judgement: Judgement, spec: Efficiency) -> Measured:
         f"peak memory {rss / 1024:.1f} MiB vs {ref_rss / 1024:.1f} MiB"
     )
     return Measured(score, detail)
+
+
+def _diagnosed(judgement: Judgement, check: str) -> tuple[Measured | None, Any]:
+    """``(Measured if the check gives no figure, else None, its section)``."""
+    diagnostics = getattr(judgement, "diagnostics", None)
+    section = getattr(diagnostics, check, None) if diagnostics is not None else None
+    if section is None:
+        return Measured(None, f"{check} not diagnosed"), None
+    if section.status == "not_applicable":
+        return Measured(None, f"{check}: {section.reason}"), None
+    if section.status == "failed":
+        if section.fault == "host":  # ours, proven: left out, never the rollout's 0
+            return Measured(None, f"{check} could not be measured (ours): {section.reason}"), None
+        return Measured(0.0, f"{check} diagnostic broken by the code: {section.reason}"), None
+    return None, section
+
+
+def _not_diagnosed(judgement: Judgement, component: Leak | Scaling) -> Measured | None:
+    early, _ = _diagnosed(judgement, "leaks" if isinstance(component, Leak) else "complexity")
+    return early if early is not None and early.score is None else None
+
+
+def leak_score(judgement: Judgement, spec: Leak) -> Measured:
+    """The :class:`~execgym.reward.spec.Leak` component (from ``judgement.diagnostics``)."""
+    early, section = _diagnosed(judgement, "leaks")
+    if early is not None:
+        return early
+    found = section.data.get("found") or []
+    if not found:
+        return Measured(1.0, f"no leak ({section.reason})")
+    first = found[0]
+    line = first["where"].get("line")
+    return Measured(
+        0.0, f"{len(found)} leak(s); first: {first['kind']} at line {line}: {first['what']}"
+    )
+
+
+def scaling_score(judgement: Judgement, spec: Scaling) -> Measured:
+    """The :class:`~execgym.reward.spec.Scaling` component (from ``judgement.diagnostics``)."""
+    early, section = _diagnosed(judgement, "complexity")
+    if early is not None:
+        return early
+    mine, theirs = section.data["model"], section.data["reference"]
+    steps = int(mine["rank"]) - int(theirs["rank"])
+    score = 1.0 if steps <= 0 else max(0.0, 1.0 - steps / spec.classes_to_zero)
+    return Measured(score, f"model {mine['class']} vs reference {theirs['class']}")
 
 
 def coverage_score(judgement: Judgement) -> Measured:
@@ -167,12 +215,20 @@ async def evaluate(
             measured = correctness_score(judgement, component)
         elif isinstance(component, Penalty):
             measured = penalty_of(task, completion, component)
+        elif isinstance(component, Leak | Scaling) and _not_diagnosed(judgement, component):
+            # Not measured: left out of the weights, gated or not, so a spec with these
+            # components scores rollouts without diagnostics exactly as one without them.
+            measured = _not_diagnosed(judgement, component)  # type: ignore[assignment]
         elif gated:
             measured = Measured(0.0, f"gated: the rollout did not pass ({judgement.verdict.value})")
         elif isinstance(component, Efficiency):
             measured = efficiency_score(judgement, component)
         elif isinstance(component, Coverage):
             measured = coverage_score(judgement)
+        elif isinstance(component, Leak):
+            measured = leak_score(judgement, component)
+        elif isinstance(component, Scaling):
+            measured = scaling_score(judgement, component)
         else:  # Static, Complexity, Security: the program as text
             try:
                 measured = await asyncio.to_thread(_quality, program, completion, component)

@@ -24,7 +24,9 @@ and ``invalid`` have no reward (``None``: masked).
 
 Presets: ``binary`` (correctness, all or nothing), ``fraction`` (correctness, fraction
 of cases), ``quality`` (fraction 0.6, static 0.1, complexity 0.1, security 0.1,
-efficiency 0.1, gated on passing).
+efficiency 0.1, leak 0.1, scaling 0.1, gated on passing; leak and scaling apply only
+where diagnostics ran, see docs/diagnostics.md, and are left out of the weights
+elsewhere, so without diagnostics ``quality`` scores as before).
 """
 
 from __future__ import annotations
@@ -125,6 +127,42 @@ class Efficiency(BaseModel):
     min_cpu_s: float = Field(default=0.002, gt=0)
 
 
+class Leak(BaseModel):
+    """No leak per call: 1 if the leak finder found none, else 0 (docs/diagnostics.md).
+
+    Reads the rollout's ``diagnostics.leaks`` (run only when the task's ``diagnose`` or
+    the run's ``--diagnose`` asks for ``leaks``). A leak is memory that grows by at
+    least ``min_bytes_per_call`` bytes per call in both halves of the measurement, or
+    any descriptor, thread, child process or ``__del__`` cycle that does (Python), or a
+    block never freed whose allocation stack is in the model's code (C/C++, valgrind).
+    Not applicable (left out of the weights) when leaks were not diagnosed, or when
+    the host failed to run the diagnostic; 0 when the model's code broke it (it
+    crashed, hung, or broke the harness's protocol): never ``None`` for that.
+    """
+
+    model_config = _MODEL
+    kind: Literal["leak"] = "leak"
+    weight: float = Field(default=1.0, ge=0)
+
+
+class Scaling(BaseModel):
+    """Run-time growth against the reference's: the fitted complexity classes' ranks.
+
+    ``1`` if ``rank(model) <= rank(reference)``, else
+    ``max(0, 1 - (rank(model) - rank(reference)) / classes_to_zero)``, the ranks being
+    the positions of the fitted classes in O(1), O(log n), O(n), O(n log n), O(n^2),
+    O(n^3) (:mod:`execgym.diagnostics.fit`). With the default ``classes_to_zero = 2``,
+    O(n log n) against an O(n) reference scores 0.5 and O(n^2) scores 0. 0 if the
+    model's answers at the timed sizes differ from the reference's, or its code broke
+    the measurement; not applicable without ``diagnose.sizes`` or a reference.
+    """
+
+    model_config = _MODEL
+    kind: Literal["scaling"] = "scaling"
+    weight: float = Field(default=1.0, ge=0)
+    classes_to_zero: float = Field(default=2.0, gt=0)
+
+
 class Coverage(BaseModel):
     """For tasks where the model writes tests: their coverage of the reference code.
 
@@ -158,7 +196,7 @@ class Penalty(BaseModel):
 
 
 Component = Annotated[
-    Correctness | Static | Complexity | Security | Efficiency | Coverage | Penalty,
+    Correctness | Static | Complexity | Security | Efficiency | Leak | Scaling | Coverage | Penalty,
     Field(discriminator="kind"),
 ]
 
@@ -203,6 +241,8 @@ PRESETS: dict[str, RewardSpec] = {
             Complexity(weight=0.1),
             Security(weight=0.1),
             Efficiency(weight=0.1),
+            Leak(weight=0.1),
+            Scaling(weight=0.1),
         ),
     ),
 }

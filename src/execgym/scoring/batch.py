@@ -53,6 +53,9 @@ class Scorer:
             (:mod:`execgym.calibration`); the results then carry ``calibration``.
         environments: Where tasks that name an ``environment`` run (see
             :class:`~execgym.scoring.core.Scoring`); call :meth:`aclose` to stop them.
+        diagnose: The diagnostics every rollout that passes gets (``leaks``,
+            ``hotspots``, ``complexity``: :mod:`execgym.diagnostics`); ``None`` takes
+            each task's ``diagnose`` field (none without it), ``()`` none at all.
 
     Each task goes to the judge of its kind (:meth:`JudgeSet.judge_for
     <execgym.judges.base.JudgeSet.judge_for>`), through
@@ -77,6 +80,7 @@ class Scorer:
         state: str | None = None,
         calibrator: Calibrator | None = None,
         environments: EnvironmentSandboxes | None = None,
+        diagnose: tuple[str, ...] | None = None,
     ) -> None:
         if state is not None:  # every task's `state`, overridden (the CLI's --state)
             tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
@@ -91,6 +95,7 @@ class Scorer:
             metrics=metrics,
             calibrator=calibrator,
             environments=environments,
+            diagnose=diagnose,
         )
 
     @property

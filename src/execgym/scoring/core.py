@@ -11,11 +11,13 @@ and which count toward a circuit breaker, is decided by :mod:`execgym.judges.mas
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from execgym.calibration import Calibration, Calibrator
+from execgym.diagnostics import Diagnoser
 from execgym.environments.routing import EnvironmentSandboxes, default_store
 from execgym.errors import ConfigError, Error, TaskError
 from execgym.judges.base import Judgement, JudgeSet, Verdict
@@ -67,6 +69,10 @@ class Scoring:
             environment, of ``sandbox``'s tier (default: made on the first such task,
             from the local environment cache, pulling from ``$EXECGYM_STORE`` when set
             and the cache lacks one). Call ``aclose()`` to stop their sandboxes.
+        diagnose: The diagnostics every rollout that passes gets (``leaks``,
+            ``hotspots``, ``complexity``: :mod:`execgym.diagnostics`), run after the
+            judge in the same sandbox and limits; ``None`` takes each task's
+            ``diagnose`` field (none without it), ``()`` none at all.
 
     Raises:
         ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
@@ -83,6 +89,7 @@ class Scoring:
         metrics: Metrics | None = None,
         calibrator: Calibrator | None = None,
         environments: EnvironmentSandboxes | None = None,
+        diagnose: tuple[str, ...] | None = None,
     ) -> None:
         if reward is not None:
             check_tools(reward)
@@ -100,6 +107,7 @@ class Scoring:
         self.metrics = metrics
         self.calibrator = calibrator
         self.environments = environments
+        self.diagnoser = Diagnoser(diagnose, builder=lambda: self.judges.builder)
 
     def task_type(self, task: Task) -> str:
         """The type of ``task`` for breakers and metrics (the breakers' key, else data set)."""
@@ -119,6 +127,20 @@ class Scoring:
         judge = self.judges.judge_for(task)
         sandbox = await self.sandbox_for(task)
         return await judge.judge(task, completion, sandbox, limits, files=rollout.files)
+
+    async def diagnose(
+        self, task: Task, rollout: Rollout, limits: Limits, judgement: Judgement
+    ) -> Judgement:
+        """``judgement`` with the rollout's diagnostics, if the task or the run asks.
+
+        They run in the task's sandbox under ``limits`` (:mod:`execgym.diagnostics`).
+        """
+        if not self.diagnoser.checks_for(task):
+            return judgement
+        completion = extract_code(rollout.completion, task.language)
+        sandbox = await self.sandbox_for(task)
+        found = await self.diagnoser.diagnose(task, completion, sandbox, limits, judgement)
+        return dataclasses.replace(judgement, diagnostics=found)
 
     async def sandbox_for(self, task: Task) -> Sandbox:
         """The sandbox ``task`` runs in: ours, or one in the task's ``environment``.
@@ -293,6 +315,7 @@ async def _judged(
             break
     if judgement is None:  # the loop runs at least once
         raise RuntimeError("no attempt was made to judge the rollout")
+    judgement = await scoring.diagnose(judged, rollout, limits, judgement)
     reward = binary_reward(judgement.verdict)
     breakdown = None
     if scoring.reward is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
+from execgym.judges.diagnosis import Diagnostics
 from execgym.reward import RewardBreakdown
 from execgym.sandbox.base import RunResult, Status
 
@@ -61,6 +62,11 @@ class ScoredRollout:
     limits: Mapping[str, Any] | None = None
     calibration: Mapping[str, Any] | None = None
 
+    @property
+    def diagnostics(self) -> Diagnostics | None:
+        """Leaks, hot spots and complexity (``judgement.diagnostics``), when it got any."""
+        return self.judgement.diagnostics if self.judgement is not None else None
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object written to the results file (one line per rollout).
 
@@ -103,6 +109,7 @@ class ScoredRollout:
                 if self.reward_breakdown is not None
                 else {}
             ),
+            **({"diagnostics": self.diagnostics.to_json()} if self.diagnostics else {}),
         }
 
     @classmethod
@@ -174,12 +181,14 @@ def _from_json(data: Mapping[str, Any], run_status: str | None) -> ScoredRollout
     error = data["error"]
     breakdown = data.get("reward_breakdown")
     limits, calibration = data.get("limits"), data.get("calibration")
+    diagnostics = data.get("diagnostics")
     judgement = Judgement(
         verdict,
         run=run,
         error=ErrorDetail(error["type"], error["message"], error["traceback"]) if error else None,
         message=data["message"],
         details=dict(data["details"]),
+        diagnostics=Diagnostics.from_json(diagnostics) if diagnostics is not None else None,
     )
     return ScoredRollout(
         index=data["index"],

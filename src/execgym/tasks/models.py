@@ -237,6 +237,37 @@ DEFAULT_CONVENTIONS = Conventions()
 """The conventions of a task that sets none."""
 
 
+DiagnosticCheck = Literal["leaks", "hotspots", "complexity"]
+
+
+class Diagnose(_Strict):
+    r"""The diagnostics a task asks for (see docs/diagnostics.md); off when absent.
+
+    ``"diagnose": {"checks": ["leaks", "hotspots", "complexity"], "sizes": [1000, 2000,
+    4000, 8000], "inputs": "def make_input(n):\n    return [list(range(n))]\n"}``.
+
+    Attributes:
+        checks: Which diagnostics run for this task's rollouts.
+        sizes: ``complexity``: the input sizes ``n`` to time (at least 3, distinct).
+        inputs: ``complexity``: Python source defining ``make_input(n)``, returning the
+            entry point's arguments for size ``n`` (a list, or ``(args, kwargs)``); it
+            runs in the sandbox, before the solution's process exists, with
+            ``random`` seeded with ``n`` (the model and the reference get the same inputs).
+    """
+
+    checks: tuple[DiagnosticCheck, ...] = ("leaks", "hotspots")
+    sizes: tuple[int, ...] = ()
+    inputs: str | None = None
+
+    @model_validator(mode="after")
+    def _sizes_need_inputs(self) -> Diagnose:
+        if self.sizes and self.inputs is None:
+            raise ValueError("diagnose.sizes needs diagnose.inputs (a make_input(n) function)")
+        if self.sizes and (len(set(self.sizes)) < 3 or min(self.sizes) < 1):
+            raise ValueError("diagnose.sizes: give at least 3 distinct sizes, each >= 1")
+        return self
+
+
 class Task(BaseModel):
     """One task: what the model is asked, and how its answer is judged.
 
@@ -291,6 +322,8 @@ class Task(BaseModel):
             before), the name or digest of an imported or built environment, or an
             inline spec (``{"base": ..., "pip": [...], "setup": [...]}``, built once).
             Judges then run with the environment's own Python.
+        diagnose: The diagnostics its rollouts get (:class:`Diagnose`: leaks, hot
+            spots, complexity); ``None`` (default): none, unless the run asks for them.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -317,6 +350,7 @@ class Task(BaseModel):
     compile_limits: TaskLimits | None = None
     conventions: Conventions = Field(default_factory=Conventions)
     environment: str | dict[str, Any] | None = None
+    diagnose: Diagnose | None = None
 
     @field_validator("language")
     @classmethod
