@@ -14,9 +14,9 @@ import functools
 import json
 import secrets
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
+from execgym import guest
 from execgym.diagnostics.leaks import (
     DEFAULT_THRESHOLDS,
     Thresholds,
@@ -45,8 +45,8 @@ HALF_CALLS = 32
 
 @functools.cache
 def harness_source() -> bytes:
-    """The guest harness's text (:mod:`execgym.guest.diagnose`), read once."""
-    return resources.files("execgym").joinpath("guest", "diagnose.py").read_bytes()
+    """The guest harness (:mod:`execgym.guest.diagnose` and its parts), bundled once."""
+    return guest.bundle("diagnose").encode("utf-8")
 
 
 def _part(data: bytes) -> bytes:

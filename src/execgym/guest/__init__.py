@@ -50,6 +50,9 @@ BUNDLES: dict[str, tuple[str, ...]] = {
         "assert_runner",
         "coverage_reward",
     ),
+    # The diagnostics harness (leaks, hot spots, complexity): shared helpers, the leak
+    # phase, the solution's process, then the harness that reads it from outside.
+    "diagnose": ("diagnose_common", "diagnose_leaks", "diagnose_solution", "diagnose"),
     # The warm pool's zygote counts a run's process tree as the host does.
     "zygote": ("proctree", "zygote_world", "zygote_run", "zygote"),
 }
