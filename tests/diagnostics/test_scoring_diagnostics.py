@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from execgym.cli import main
 from execgym.integrations.client import RewardClient
+from execgym.limits import Limits
+from execgym.reward import load_spec
 from execgym.sandbox import BubblewrapSandbox
 from execgym.scoring import Scorer
 from execgym.tasks.models import Rollout, Task
@@ -74,3 +77,34 @@ def test_the_command_line(diag_sandbox: BubblewrapSandbox, tmp_path: Path) -> No
     assert bad.exit_code == 1
     assert "unknown check(s) speed" in bad.output
     assert "leaks, hotspots, complexity" in bad.output
+
+
+HOSTILE = {
+    # passes the judge (each case in a fresh fork), then hangs on the diagnostics' calls
+    "hangs": "    global _calls\n    _calls = globals().get('_calls', 0) + 1\n"
+    "    while _calls > 3:\n        pass\n    return x + 1\n",
+    # kills the harness that reads it from outside
+    "kills the harness": "    import os, signal\n    if globals().setdefault('_n', [0])[0] > 2:\n"
+    "        os.kill(os.getppid(), signal.SIGKILL)\n    _n[0] += 1\n    return x + 1\n",
+    # exits from inside the entry point after a few calls
+    "exits": "    import os\n    _n = globals().setdefault('_n', [0])\n    _n[0] += 1\n"
+    "    if _n[0] > 3:\n        os._exit(0)\n    return x + 1\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+async def test_code_that_breaks_the_diagnostics_scores_zero_never_null(
+    name: str, diag_sandbox: BubblewrapSandbox
+) -> None:
+    """execgym.judges.masking: a failure the rollout causes is the rollout's: 0, not None."""
+    task = Task.model_validate(TASK)
+    scorer = Scorer(
+        {"leaky": task}, diag_sandbox, Limits(wall_time_s=3.0), reward=load_spec("quality")
+    )
+    (result,) = await scorer.score([Rollout(task_id="leaky", completion=HOSTILE[name])])
+    assert result.verdict.value == "passed", result.message
+    leaks = result.to_json()["diagnostics"]["leaks"]
+    assert (leaks["status"], leaks["fault"]) == ("failed", "rollout"), leaks
+    assert result.reward_breakdown is not None
+    assert result.reward_breakdown.to_json()["components"]["leak"]["score"] == 0.0
+    assert result.reward is not None
