@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from execgym.broker.base import Broker
 from execgym.broker.messages import JobMessage, ResultMessage
@@ -277,7 +278,8 @@ async def score_jobs(
             if getter is None or getter.done():
                 getter = asyncio.ensure_future(watch.incoming.get())
             running = {task for task in helpers if not task.done()}
-            await asyncio.wait({getter, *running}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {getter, *running}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             for task in helpers:
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
@@ -295,11 +297,11 @@ async def score_jobs(
                 yield pending.pop(position)
                 position += 1
     finally:
-        for task in (*helpers, getter):
-            if task is not None and not task.done():
-                task.cancel()
+        for running_future in (*helpers, getter):
+            if running_future is not None and not running_future.done():
+                running_future.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                    await running_future
 
 
 async def score_rollouts(

@@ -20,7 +20,7 @@ from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.scoring.results import ScoredRollout
 from execgym.tasks.models import Rollout, Task
 
-MESSAGE_VERSION = 1
+MESSAGE_VERSION: Literal[1] = 1
 """The wire format's version; a message of another version is refused, not guessed at."""
 
 _M = TypeVar("_M", bound="_Message")

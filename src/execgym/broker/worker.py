@@ -133,7 +133,7 @@ class Worker:
         self.breakers = breakers
         self.metrics = metrics
         if metrics is not None:
-            sandbox = MeteredSandbox(sandbox, metrics)  # type: ignore[assignment]
+            sandbox = MeteredSandbox(sandbox, metrics)
             if breakers is not None:
                 metrics.watch(breakers)
         self.sandbox = sandbox
