@@ -133,9 +133,10 @@ def test_the_command_line_imports_no_judge_data_set_or_broker_to_start() -> None
     import sys
 
     code = (
-        "import sys, execgym.cli\n"
+        "import sys, execgym.cli.score\n"
         "heavy = ('execgym.scoring', 'execgym.tasks.models', 'execgym.broker',"
-        " 'execgym.ops.metrics', 'pydantic', 'execgym.storage', 'execgym.episodes')\n"
+        " 'execgym.ops.metrics', 'pydantic', 'execgym.storage', 'execgym.episodes',"
+        " 'execgym.judges')\n"
         "print([m for m in heavy if m in sys.modules])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from execgym.errors import ConfigError
-from execgym.judges.masking import counts_toward_breaker
 
 if TYPE_CHECKING:  # not imported at run time: ``execgym score`` parses --breakers early
     from execgym.judges.base import Judgement
@@ -110,6 +109,10 @@ def is_infrastructure_failure(judgement: Judgement) -> bool:
 
     See :func:`execgym.judges.masking.counts_toward_breaker`, where the rule is written.
     """
+    # Imported here: importing execgym.judges loads every judge, the task models and
+    # pydantic, and ``execgym score`` imports this module to parse --breakers at start.
+    from execgym.judges.masking import counts_toward_breaker
+
     return counts_toward_breaker(judgement)
 
 
