@@ -108,13 +108,13 @@ class Diagnoser:
             skipped = Section(
                 "not_applicable", f"not run: the rollout is {judgement.verdict.value}"
             )
-            return Diagnostics(**dict.fromkeys(checks, skipped))
+            return _diagnostics(dict.fromkeys(checks, skipped), 0.0)
         try:
             sections = await self._sections(task, completion, sandbox, limits, checks)
         except Error as error:  # the sandbox could not run at all: ours
             failed = Section("failed", f"{type(error).__name__}: {error}"[:500], "host")
             sections = dict.fromkeys(checks, failed)
-        return Diagnostics(**sections, seconds=time.perf_counter() - started)
+        return _diagnostics(sections, time.perf_counter() - started)
 
     async def _sections(
         self, task: Task, completion: str, sandbox: Sandbox, limits: Limits, checks: tuple[str, ...]
@@ -137,7 +137,7 @@ class Diagnoser:
         no_sizes = task.diagnose is None or not task.diagnose.sizes
         if "complexity" in checks and (no_sizes or task.reference is None):
             python_checks = tuple(c for c in checks if c != "complexity")
-        out: dict[str, Section] = {}
+        out = {}
         model: PythonRun | None = None
         if python_checks:
             model = await run_python(
@@ -173,6 +173,15 @@ class Diagnoser:
                 raise
             future.set_result(run)
         return await asyncio.shield(future)
+
+
+def _diagnostics(sections: dict[str, Section], seconds: float) -> Diagnostics:
+    return Diagnostics(
+        leaks=sections.get("leaks"),
+        hotspots=sections.get("hotspots"),
+        complexity=sections.get("complexity"),
+        seconds=seconds,
+    )
 
 
 def _fit_json(points: list[tuple[int, float]]) -> dict[str, object]:

@@ -125,11 +125,11 @@ def find_leaks(
                 spot = where(program, _class_line(program, str(row["class"])))
                 what = f"{row['class']} objects with __del__ in reference cycles"
                 found.append(Leak("cycle", spot, what, objects / cycle_calls, objects, "objects"))
-    rss = [s.get("rss") for s in (first, middle, last)]
-    if all(isinstance(r, int) for r in rss):
+    rss = _counts(first, middle, last, "rss")
+    if rss is not None:
         growth = rss[2] - rss[0]
         if (
-            _grew(*rss, limits)
+            _grew(rss[0], rss[1], rss[2], limits)
             and growth >= limits.min_resident_bytes
             and traced_total < growth / 2
         ):
@@ -140,6 +140,16 @@ def find_leaks(
                 Leak("resident", where(program, None), what, growth / calls, growth, "bytes")
             )
     return found, calls
+
+
+def _counts(
+    first: dict[str, Any], middle: dict[str, Any], last: dict[str, Any], key: str
+) -> tuple[int, int, int] | None:
+    """``key``'s three counts, or ``None`` if one is missing (the harness could not read it)."""
+    values = (first.get(key), middle.get(key), last.get(key))
+    if not all(isinstance(v, int) for v in values):
+        return None
+    return int(values[0]), int(values[1]), int(values[2])  # type: ignore[arg-type]
 
 
 def _handles(
@@ -154,8 +164,8 @@ def _handles(
     found: list[Leak] = []
     opened = traced.get("opened", {})
     for kind, unit in (("fds", "descriptors"), ("threads", "threads"), ("processes", "processes")):
-        values = [s.get(kind) for s in (first, middle, last)]
-        if not all(isinstance(v, int) for v in values) or not _grew(*values, limits):
+        values = _counts(first, middle, last, kind)
+        if values is None or not _grew(values[0], values[1], values[2], limits):
             continue
         growth = values[2] - values[0]
         if kind == "fds":

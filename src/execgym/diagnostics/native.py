@@ -117,14 +117,14 @@ def _parse(report: bytes, nonce: str, model_lines: int) -> Section:
     except ET.ParseError as error:
         return Section("failed", f"valgrind's report does not parse: {error}", "rollout")
     found: list[Leak] = []
-    for error in root.iter("error"):
-        kind = error.findtext("kind") or ""
+    for item in root.iter("error"):
+        kind = item.findtext("kind") or ""
         if not kind.startswith("Leak_"):
             continue
         frame = next(
             (
                 f
-                for f in error.iter("frame")
+                for f in item.iter("frame")
                 if re.fullmatch(r"main\.c(pp)?", f.findtext("file") or "")
                 and 0 < int(f.findtext("line") or 0) <= model_lines
             ),
@@ -132,8 +132,8 @@ def _parse(report: bytes, nonce: str, model_lines: int) -> Section:
         )
         if frame is None:
             continue  # allocated by the tests' code or a library, not the model's
-        size = float(error.findtext("xwhat/leakedbytes") or 0)
-        blocks = int(error.findtext("xwhat/leakedblocks") or 0)
+        size = float(item.findtext("xwhat/leakedbytes") or 0)
+        blocks = int(item.findtext("xwhat/leakedblocks") or 0)
         spot = Where(
             str(frame.findtext("file")),
             int(frame.findtext("line") or 0),
