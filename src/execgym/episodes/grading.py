@@ -218,7 +218,7 @@ def _judgement(task: RepoTask, judged: Judgement) -> Judgement:
         "fraction_passed": passed / len(ids) if ids else 0.0,
     }
     verdict, message = judged.verdict, judged.message
-    if tampered:
+    if tampered and judged.error is not None:  # tampered: the error says how
         verdict = Verdict.TAMPERED
         details["hack"] = judged.error.message
     elif judged.run is not None and not verdict.is_masked and verdict is not Verdict.TAMPERED:

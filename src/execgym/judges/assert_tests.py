@@ -9,11 +9,14 @@ import marshal
 import secrets
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
 from execgym.judges._cases import split_cases
 from execgym.judges._programs import (  # marshalled_program: re-exported
     harness_program,
-    marshalled_program,  # noqa: F401
+)
+from execgym.judges._programs import (
+    marshalled_program as marshalled_program,
 )
 from execgym.judges.base import (
     RUN_STATUS_VERDICT,
@@ -241,7 +244,7 @@ _DETAILS = (
 """Facts of the harness's report kept in ``Judgement.details``."""
 
 
-def _parse_report(report: bytes, nonce: str) -> dict[str, str] | None:
+def _parse_report(report: bytes, nonce: str) -> dict[str, Any] | None:
     """Return the harness's report if it carries our nonce, else ``None``."""
     payload = nonce_report(report, nonce)
     if payload is None or payload.get("verdict") not in _REPORTED:

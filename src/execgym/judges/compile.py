@@ -235,13 +235,13 @@ class Builder:
         name = spec.source_name(source)
         code = source.encode("utf-8", "surrogatepass")
         if spec.compile is None:
-            argv = tuple(spec.run(toolchain, name, source))
+            run_argv = tuple(spec.run(toolchain, name, source))
             if language == "python" and conventions is not None:
-                argv, files, launcher = python_program(argv, code, conventions)
-                return Program(language, argv, files, spec.env, launcher)
+                run_argv, files, launcher = python_program(run_argv, code, conventions)
+                return Program(language, run_argv, files, spec.env, launcher)
             python = code if language == "python" else None
             stack = conventions.stack_bytes if conventions and language == "javascript" else None
-            return Program(language, argv, {name: code}, spec.env, python, stack)
+            return Program(language, run_argv, {name: code}, spec.env, python, stack)
         argv = [*spec.compile(toolchain, name), *extra_flags]
         if conventions is not None:
             argv = await asyncio.to_thread(
@@ -259,12 +259,13 @@ class Builder:
             if payload is not None and not trust_cached_errors and _failed(payload):
                 payload = None
             if payload is None:
-                payload = await self._compile(
+                compiled = await self._compile(
                     spec, argv, name, {**headers, name: code}, sandbox, limits
                 )
-                if isinstance(payload, Judgement):
-                    return payload
-                self._store(key, payload)
+                if isinstance(compiled, Judgement):
+                    return compiled
+                self._store(key, compiled)
+                payload = compiled
             else:
                 self.cache_hits += 1
         program = self._program(spec, toolchain, name, source, payload)
@@ -295,8 +296,8 @@ class Builder:
             return Judgement(Verdict.SANDBOX_ERROR, message=f"unusable compile output: {error}")
         if header["exit_code"] != 0:
             message = str(header.get("message", "")).strip() or "the compiler failed"
-            error = ErrorDetail("CompileError", message[-2000:], message)
-            return Judgement(Verdict.COMPILE_ERROR, error=error, message=message)
+            detail = ErrorDetail("CompileError", message[-2000:], message)
+            return Judgement(Verdict.COMPILE_ERROR, error=detail, message=message)
         argv = tuple(spec.run(toolchain, name, source))
         return Program(spec.name, argv, files, spec.env)
 

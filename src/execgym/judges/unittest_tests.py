@@ -177,12 +177,12 @@ class UnittestJudge:
             )
         nonce = secrets.token_hex(16)
         program = unittest_program(task, completion)
-        files = await self._fonts.files() if _USES_MATPLOTLIB.search(program) else {}
+        fonts = await self._fonts.files() if _USES_MATPLOTLIB.search(program) else {}
         run = await sandbox.run(
             RunRequest(
                 python_source=runner_program(),
                 stdin=encode_job(nonce, program, solution_part(task, completion).count("\n")),
-                files=files,
+                files=fonts,
                 limits=limits,
                 want_report=True,
             )

@@ -92,10 +92,12 @@ async def measure_coverage(
         ``details`` has ``line_coverage``, ``branch_coverage`` (0-1) and ``calls``.
 
     Raises:
-        ConfigError: if the task has no reference, or coverage.py is missing.
+        ConfigError: if the task has no reference or entry point, or coverage.py is missing.
     """
     if task.reference is None:
         raise ConfigError(f"task {task.task_id}: the coverage component needs a reference")
+    if task.entry_point is None:
+        raise ConfigError(f"task {task.task_id}: the coverage component needs an entry_point")
     reference = build_program(task, task.reference)
     nonce = secrets.token_hex(16)
     job = _part(task.entry_point.encode() + b"\n" + completion.encode("utf-8", "surrogatepass"))
@@ -144,6 +146,6 @@ class CoverageJudge:
         """:func:`measure_coverage` of ``completion`` (tests) on ``task``; ``files`` ignored.
 
         Raises:
-            ConfigError: if the task has no reference, or coverage.py is missing.
+            ConfigError: if the task has no reference or entry point, or coverage.py is missing.
         """
         return await measure_coverage(task, completion, sandbox, limits)

@@ -40,6 +40,7 @@ from execgym.sandbox._process import (
 from execgym.sandbox._results import interpret, with_init_count
 from execgym.sandbox._run import BASE_ENV, enforcement_of
 from execgym.sandbox._seccomp import seccomp_program
+from execgym.sandbox._supervise import resolve
 from execgym.sandbox._uids import UidBlock
 from execgym.sandbox.base import RunResult
 
@@ -387,7 +388,7 @@ class Prestarter:
             return True
         loop = asyncio.get_running_loop()
         readable: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(ready.started_fd, lambda: readable.done() or readable.set_result(None))
+        loop.add_reader(ready.started_fd, resolve, readable)
         try:
             await readable
             said = os.read(ready.started_fd, 1)

@@ -29,6 +29,7 @@ from execgym.sandbox._supervise import (
     ProcessOutcome,
     RunPipes,
     outcome_of,
+    resolve,
     supervised,
 )
 
@@ -416,7 +417,7 @@ async def _wait_inner(inner: int, timeout_s: float = 5.0) -> None:
     _kill_inner(inner)
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(inner, lambda: gone.done() or gone.set_result(None))
+    loop.add_reader(inner, resolve, gone)
     try:
         await asyncio.wait({gone}, timeout=timeout_s)
     finally:
@@ -512,7 +513,7 @@ async def supervise(spec: ProcessSpec, launched: Launched, *, started: float) ->
         ) as watcher:
             pidfd = os.pidfd_open(pid)
             exited: asyncio.Future[object] = loop.create_future()
-            loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+            loop.add_reader(pidfd, resolve, exited)
             try:
                 await watcher.watch(
                     exited,

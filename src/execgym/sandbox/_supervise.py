@@ -257,6 +257,16 @@ async def supervised(
         watcher.close()
 
 
+def resolve(future: asyncio.Future[Any]) -> None:
+    """Set ``future``'s result to ``None`` unless it is already done.
+
+    A reader callback fires for as long as its descriptor stays readable: this completes
+    the future once, however often it is called.
+    """
+    if not future.done():
+        future.set_result(None)
+
+
 def stop_guest(proc: subprocess.Popen[bytes], *, cgroup: RunCgroup | None = None) -> str:
     """Kill a long-lived guest (the warm pool's zygote, a session's agent) and its tree.
 

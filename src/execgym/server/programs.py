@@ -287,6 +287,7 @@ def outcome_from_report(result: RunResult) -> ProgramOutcome:
 def _step_result(step: dict[str, Any], whole: RunResult, *, last: bool) -> RunResult:
     """One step's result; a limit the sandbox enforced belongs to the last step run."""
     exit_code, signal = step["exit_code"], step["signal"]
+    limit_hit: str | None
     if step["timed_out"]:
         status, limit_hit, message = Status.TIME_LIMIT, "wall_time_s", "killed: timeout"
         exit_code = None
