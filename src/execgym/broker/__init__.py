@@ -1,4 +1,4 @@
-"""Job queues between trainers and sandbox workers: embedded (default) or Redis Streams.
+"""Job queues between trainers and sandbox workers: embedded (default), Redis Streams or Ray.
 
 >>> from execgym.broker import open_broker                 # doctest: +SKIP
 >>> broker = open_broker("redis://localhost:6379/0")        # doctest: +SKIP
@@ -24,7 +24,15 @@ EMBEDDED = ("embedded", "memory")
 def open_broker(
     url: str = "embedded", settings: BrokerSettings | None = None, *, prefix: str = "execgym"
 ) -> Broker:
-    """The broker a URL names: ``embedded`` or ``redis://HOST:PORT/DB`` (``rediss://``).
+    """The broker a URL names: ``embedded``, ``redis://...``, ``ray`` or ``ray://...``.
+
+    ``redis://HOST:PORT/DB`` (or ``rediss://``); ``ray`` is the Ray cluster this
+    process runs in or can reach (``ray.init(address="auto")``), ``ray://HOST:PORT``
+    one reached through Ray Client.
+
+    A Ray broker made here has the default actors (bwrap with the warm pool, one per
+    node, no reward spec); make a :class:`~execgym.broker.ray_broker.RayBroker` to
+    choose them.
 
     Raises:
         ConfigError: for any other URL, saying which forms are understood.
@@ -35,9 +43,14 @@ def open_broker(
         from execgym.broker.redis_streams import RedisStreamsBroker
 
         return RedisStreamsBroker(url, settings, prefix=prefix)
+    if url == "ray" or url.startswith("ray://"):
+        from execgym.broker.ray_broker import RayBroker
+
+        return RayBroker(url, settings=settings or BrokerSettings())  # type: ignore[return-value]
     raise ConfigError(
-        f"unknown broker {url!r}: use 'embedded' (in-process, the default) or "
-        "redis://HOST:PORT/DB, e.g. redis://localhost:6379/0"
+        f"unknown broker {url!r}: use 'embedded' (in-process, the default), "
+        "redis://HOST:PORT/DB (e.g. redis://localhost:6379/0), 'ray' (the running Ray "
+        "cluster) or ray://HOST:PORT"
     )
 
 

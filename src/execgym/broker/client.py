@@ -259,6 +259,11 @@ async def score_jobs(
     if not jobs:
         return
     batch_id = _check_batch(jobs)
+    direct = getattr(broker, "score_jobs", None)
+    if direct is not None:  # a broker that runs jobs itself (Ray): no queue to watch
+        async for result in _in_order(direct(jobs), jobs, ordered):
+            yield result
+        return
     order = {job.job_id: position for position, job in enumerate(jobs)}
     watch = _Watch(
         broker, jobs, batch_id, asyncio.Queue(), submit_timeout_s, outage_timeout_s, max_resubmits
@@ -302,6 +307,23 @@ async def score_jobs(
                 running_future.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await running_future
+
+
+async def _in_order(
+    results: AsyncIterator[ResultMessage], jobs: Sequence[JobMessage], ordered: bool
+) -> AsyncIterator[ResultMessage]:
+    """``results`` as they come, or in the order of ``jobs`` when ``ordered``."""
+    order = {job.job_id: position for position, job in enumerate(jobs)}
+    pending: dict[int, ResultMessage] = {}
+    position = 0
+    async for result in results:
+        if not ordered:
+            yield result
+            continue
+        pending[order[result.job_id]] = result
+        while position in pending:
+            yield pending.pop(position)
+            position += 1
 
 
 async def score_rollouts(

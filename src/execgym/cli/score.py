@@ -206,8 +206,11 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     "broker_url",
     default="embedded",
     show_default=True,
-    help="Where rollouts are judged: 'embedded' (here) or redis://HOST:PORT/DB, consumed "
-    "by `execgym worker` nodes (then --isolation, --workers and --warm-pool are theirs).",
+    help="Where rollouts are judged: 'embedded' (here); redis://HOST:PORT/DB, consumed "
+    "by `execgym worker` nodes (then --isolation, --workers and --warm-pool are theirs); "
+    "'ray' (attach to the running Ray cluster) or ray://HOST:PORT: sandbox actors started "
+    "on its nodes with this command's --isolation, --warm-pool, --reward, --breakers, and "
+    "--workers sandboxes each.",
 )
 @click.option(
     "--compile-cache",
@@ -356,11 +359,6 @@ def _open_broker(options: ScoreOptions, reward: RewardSpec | None) -> Any:
     """
     if options.broker_url in EMBEDDED:
         return None
-    if reward is not None:
-        raise click.UsageError(
-            "--reward is computed where rollouts are judged: give it to the workers "
-            "(execgym worker --reward NAME) and drop it here, or score with --broker embedded"
-        )
     if options.diagnose is not None:
         raise click.UsageError(
             "--diagnose runs where rollouts are judged, which workers do not yet take from "
@@ -372,9 +370,42 @@ def _open_broker(options: ScoreOptions, reward: RewardSpec | None) -> Any:
             "--calibrate-limits measures references where rollouts are judged, "
             "which workers do not yet: drop it, or score with --broker embedded"
         )
+    if options.broker_url == "ray" or options.broker_url.startswith("ray://"):
+        return _ray_broker(options, reward)
+    if reward is not None:
+        raise click.UsageError(
+            "--reward is computed where rollouts are judged: give it to the workers "
+            "(execgym worker --reward NAME) and drop it here, or score with --broker embedded "
+            "or --broker ray (whose actors this command starts)"
+        )
     from execgym.broker import open_broker
 
     return open_broker(options.broker_url)
+
+
+def _ray_broker(options: ScoreOptions, reward: RewardSpec | None) -> Any:
+    """``--broker ray``: sandbox actors this command starts on the cluster, with its options.
+
+    ``--isolation``, ``--warm-pool``, ``--allow-root``, ``--reward`` and ``--breakers``
+    are the actors'; ``--workers`` is the sandboxes of each actor (one per node).
+    """
+    from execgym.broker.ray_actors import ActorConfig
+    from execgym.broker.ray_broker import RayBroker
+
+    breakers = options.breakers
+    config = ActorConfig(
+        isolation=options.isolation,
+        warm_pool=options.warm_pool,
+        allow_root=options.allow_root,
+        reward=reward,
+        breaker_key=(breakers.key_name or "dataset") if breakers is not None else "dataset",
+    )
+    return RayBroker(
+        options.broker_url,
+        config,
+        concurrency=options.workers,
+        breakers=breakers.policy if breakers is not None else None,
+    )
 
 
 def _warn_oversubscribed(workers: int | None) -> None:

@@ -271,6 +271,7 @@ class Breakers:
     ) -> None:
         self.policy = policy or BreakerPolicy()
         self.type_of: TaskTypeKey = type_key(key)
+        self.key_name = key if isinstance(key, str) else None  # for other processes
         self._clock = clock
         self._lock = threading.Lock()
         self._breakers: dict[str, _Breaker] = {}
