@@ -143,9 +143,24 @@ def test_dual_use_modules_are_declared_with_a_reason() -> None:
 
 
 def test_a_part_that_needs_a_later_part_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(guest.BUNDLES, "backwards", ("untrusted", "plain_data"))
-    with pytest.raises(ValueError, match=r"untrusted\.py imports from \.plain_data"):
+    monkeypatch.setitem(guest.BUNDLES, "backwards", ("solution_side", "boundary"))
+    with pytest.raises(ValueError, match=r"solution_side\.py imports from \.boundary"):
         guest.bundle("backwards")
+    guest.bundle.cache_clear()
+
+
+def test_two_parts_defining_one_name_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the pytest harness was: boundary's OPERATIONS (a dict the solution's side
+    # reads) replaced by the proxy's tuple of the same name, for the whole script.
+    monkeypatch.setitem(guest.BUNDLES, "twice", ("plain_data", "boundary", "twice_b"))
+    real = guest.source
+
+    def fake_source(name: str) -> str:
+        return "OPERATIONS = ()\n" if name == "twice_b" else real(name)
+
+    monkeypatch.setattr(guest, "source", fake_source)
+    with pytest.raises(ValueError, match=r"twice_b\.py and boundary\.py both define 'OPERATIONS'"):
+        guest.bundle("twice")
     guest.bundle.cache_clear()
 
 
@@ -165,3 +180,10 @@ def test_only_the_last_part_keeps_its_main_call() -> None:
     ]
     assert top_calls == ["coverage_main"]
     assert guest.bundle("assert_runner").rstrip().endswith("\nmain()")
+
+
+def test_no_guest_module_is_over_600_lines() -> None:
+    sizes = {
+        path.name: len(path.read_text(encoding="utf-8").splitlines()) for path in GUEST.iterdir()
+    }
+    assert {name: n for name, n in sizes.items() if n > 600} == {}

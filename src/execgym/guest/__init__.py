@@ -32,24 +32,16 @@ from importlib import resources
 
 __all__ = ["BUNDLES", "DUAL_USE", "bundle", "source"]
 
+BOUNDARY = ("plain_data", "boundary", "solution_side", "untrusted")
+"""The process boundary every Python harness of the judges starts with: plain data, what
+else crosses, the solution's process, and the harness's handle on it."""
+
 BUNDLES: dict[str, tuple[str, ...]] = {
-    # The judges' Python harnesses: the process boundary first (plain data, the
-    # solution's process and the harness's handle on it), then the harness.
-    "assert_runner": ("plain_data", "untrusted", "assert_runner"),
-    "call_runner": ("plain_data", "untrusted", "call_runner"),
-    "pytest_runner": (
-        "plain_data",
-        "untrusted",
-        "pytest_proxy",
-        "pytest_runner",
-    ),
-    # The coverage reward builds on the assert harness (whose main() it replaces).
-    "coverage_reward": (
-        "plain_data",
-        "untrusted",
-        "assert_runner",
-        "coverage_reward",
-    ),
+    "assert_runner": (*BOUNDARY, "assert_runner"),
+    "call_runner": (*BOUNDARY, "call_runner"),
+    "pytest_runner": (*BOUNDARY, "pytest_proxy", "pytest_runner"),
+    # The coverage reward builds on the assert harness (whose main() it leaves out).
+    "coverage_reward": (*BOUNDARY, "assert_runner", "coverage_reward"),
     # The diagnostics harness (leaks, hot spots, complexity): shared helpers, the leak
     # phase, the solution's process, then the harness that reads it from outside.
     "diagnose": ("diagnose_common", "diagnose_leaks", "diagnose_solution", "diagnose"),
@@ -105,16 +97,37 @@ def bundle(name: str) -> str:
 
     Raises:
         ValueError: if a part is missing, or imports from a part that is not before it
-            in the bundle (its names would be undefined), or has a ``__future__``
-            import anywhere but first.
+            in the bundle (its names would be undefined), or defines a top-level name
+            another part defines too (one would silently replace the other), or has a
+            ``__future__`` import anywhere but first.
     """
     parts = BUNDLES.get(name, (name,))
     imported: set[tuple[str | None, str, str | None]] = set()
-    texts = [
-        _as_part(part, source(part), name, parts[:index], imported, last=index == len(parts) - 1)
-        for index, part in enumerate(parts)
-    ]
+    owners: dict[str, str] = {}
+    texts = []
+    for index, part in enumerate(parts):
+        text = source(part)
+        for bound in _top_level_names(text):
+            if owners.setdefault(bound, part) != part:
+                raise ValueError(
+                    f"guest bundle {name!r}: {part}.py and {owners[bound]}.py both define "
+                    f"{bound!r}, and in one script the later replaces the earlier for both; "
+                    "rename one"
+                )
+        texts.append(_as_part(part, text, name, parts[:index], imported, index == len(parts) - 1))
     return "\n\n".join(texts)
+
+
+def _top_level_names(text: str) -> set[str]:
+    """The names a module's own top-level statements bind (imports aside)."""
+    names: set[str] = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
 
 
 def _as_part(

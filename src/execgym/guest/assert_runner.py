@@ -61,24 +61,18 @@ writing forged reports reaches nothing that is read.
 The harness imports only ``os``, ``sys`` and ``ctypes`` (for ``prctl``; the warm pool
 has it loaded already), besides ``marshal`` and ``_frozen_importlib_external``, which
 every CPython has loaded at start-up, so a rollout pays only for the modules its own code imports.
-The codec, the frames and both sides of the process boundary are
-:mod:`execgym.guest.plain_data`, whose source precedes this one in the script the
-sandbox runs (the names this module uses without defining come from there).
+The codec, the frames and both sides of the process boundary are the parts before this
+one in the script the sandbox runs (:mod:`.plain_data`, :mod:`.boundary`,
+:mod:`.solution_side`, :mod:`.untrusted`: the bundle ``assert_runner`` of
+:data:`execgym.guest.BUNDLES`); the relative imports below name what comes from each.
 """
 
 import os
 import sys
 
+from .boundary import Remote, SolutionAborted, is_standard_module
 from .plain_data import BUILTINS, format_traceback, make_codec, make_frames
-from .untrusted import (
-    END_WAIT_S,
-    Remote,
-    Solution,
-    SolutionAborted,
-    is_standard_module,
-    make_non_dumpable,
-    read_part,
-)
+from .untrusted import END_WAIT_S, Solution, make_non_dumpable, read_part
 
 START_MARKER = b"EXECGYM-START\n"
 

@@ -36,17 +36,9 @@ with the expected values happens outside the sandbox.
 import os
 import sys
 
+from .boundary import CaseTimeout, Remote, SolutionAborted, Tampered
 from .plain_data import PLAIN, make_codec, make_frames
-from .untrusted import (
-    END_WAIT_S,
-    CaseTimeout,
-    Remote,
-    Solution,
-    SolutionAborted,
-    Tampered,
-    make_non_dumpable,
-    read_part,
-)
+from .untrusted import END_WAIT_S, Solution, make_non_dumpable, read_part
 
 START_MARKER = b"EXECGYM-START\n"
 

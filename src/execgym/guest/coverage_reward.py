@@ -1,6 +1,6 @@
 r"""The coverage harness: the model's tests in one process, the reference in another.
 
-Appended to the assert harness's source (it uses its codec, frames and helpers), it
+Bundled after the assert harness (it uses its codec, frames and helpers), it
 runs INSIDE the sandbox, for tasks where the model writes tests:
 
 1. It writes the start marker, makes itself non-dumpable, imports coverage.py (shipped
@@ -21,8 +21,9 @@ import os
 import sys
 
 from .assert_runner import START_MARKER
+from .boundary import SolutionError
 from .plain_data import BUILTINS, Refused, make_codec, make_frames
-from .untrusted import SolutionError, fork_untrusted
+from .untrusted import fork_untrusted
 
 
 def tests_process(tests, entry_point, answers, commands):

@@ -12,11 +12,13 @@ id)`` back to it.
 import os
 import sys
 
+from .boundary import SolutionError
 from .plain_data import BUILTINS, MAX_DEPTH, PLAIN, Refused, as_plain, describe_refusal
-from .untrusted import Solution, SolutionError, make_answerer, requests
+from .solution_side import make_answerer, requests
+from .untrusted import Solution
 
 HANDLE = "\x00execgym-handle"
-OPERATIONS = ("len", "iter", "next", "bool", "str", "int", "float", "getitem", "contains")
+PROXY_OPERATIONS = ("len", "iter", "next", "bool", "str", "int", "float", "getitem", "contains")
 """What a :class:`ProxyRemote` forwards as builtin operations (its dunder methods)."""
 
 
@@ -171,7 +173,7 @@ def forwarding(operation):
     return method
 
 
-for _operation in OPERATIONS:  # len(), iter(), next(), bool(), str(), int(), float(), [], in
+for _operation in PROXY_OPERATIONS:  # len(), iter(), next(), bool(), str(), int(), float(), [], in
     setattr(ProxyRemote, "__%s__" % _operation, forwarding(_operation))
 
 
