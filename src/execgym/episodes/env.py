@@ -19,17 +19,24 @@ on our side gives reward ``None`` and ``info["masked"]`` true: leave it out, nev
 count it as 0.
 
 Inside the session ``python`` and ``python3`` are execgym's interpreter with pytest
-importable, and ``pytest`` runs it; the network is off.
+importable, and ``pytest`` runs it; the network is off. A task that names an
+``environment`` (:mod:`execgym.environments`) gets a session in that root file system
+instead, with the environment's Python (and the packages its spec installed), and its
+final tree is scored in a fresh sandbox of the same environment.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
 import time
 from typing import Any
 
+from execgym.environments.model import Environment
+from execgym.environments.mounts import interpreter
+from execgym.environments.routing import resolve, with_environment
 from execgym.episodes import observations
 from execgym.episodes.actions import carry_out
 from execgym.episodes.grading import Grade, Grader
@@ -61,8 +68,8 @@ def _session_env() -> dict[str, str]:
     }
 
 
-def _bin_script() -> str:
-    python = os.path.realpath(sys.executable)
+def _bin_script(python: str | None = None) -> str:
+    python = python or os.path.realpath(sys.executable)
     return (
         f"mkdir -p {_BIN} && ln -sf {python} {_BIN}/python && ln -sf {python} {_BIN}/python3"
         f" && printf '#!/bin/sh\\nexec {python} -m pytest \"$@\"\\n' > {_BIN}/pytest"
@@ -119,6 +126,7 @@ class AsyncEnv:
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = 0.0
         self._session_peak_bytes: int | None = None
+        self._environment: Environment | None = None
 
     async def __aenter__(self) -> AsyncEnv:
         return self
@@ -151,11 +159,18 @@ class AsyncEnv:
         await self.aclose()
         if self._original is None:
             self._original = repo_files(self.task)
+        if self._environment is None:
+            self._environment = await asyncio.to_thread(resolve, self.task.environment)
         self.steps, self.done, self.grade = 0, False, None
         self._stack = contextlib.AsyncExitStack()
         lifetime = self.task.time_budget_s + 60.0
         self._session = await self._stack.enter_async_context(
-            open_session(self.limits, idle_timeout_s=self.idle_timeout_s, max_lifetime_s=lifetime)
+            open_session(
+                self.limits,
+                idle_timeout_s=self.idle_timeout_s,
+                max_lifetime_s=lifetime,
+                environment=self._environment,
+            )
         )
         try:
             await self._prepare(self._session)
@@ -177,7 +192,9 @@ class AsyncEnv:
 
     async def _prepare(self, session: Session) -> None:
         await session.write_files(self._snapshot())
-        commands = [_bin_script()] + ([self.task.setup] if self.task.setup else [])
+        environment = self._environment
+        python = None if environment is None or environment.is_host else interpreter(environment)
+        commands = [_bin_script(python)] + ([self.task.setup] if self.task.setup else [])
         for command in commands:
             run = await session.run(
                 ["/bin/bash", "-c", command],
@@ -284,8 +301,11 @@ class AsyncEnv:
             await self.aclose()
             return Grade(0.0, 0.0, Verdict.ERROR, message=str(error))
         await self.aclose()
+        sandbox = None
+        if self._environment is not None and not self._environment.is_host:
+            sandbox = with_environment(self.grader.sandbox, self._environment)
         return await self.grader.grade(
-            self.task, original, final, limits=self.limits, reward=self.reward_spec
+            self.task, original, final, limits=self.limits, reward=self.reward_spec, sandbox=sandbox
         )
 
     def _live_session(self) -> Session:

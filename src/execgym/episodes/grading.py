@@ -155,34 +155,16 @@ class Grader:
         *,
         limits: Limits,
         reward: RewardSpec | None = None,
+        sandbox: Sandbox | None = None,
     ) -> Grade:
-        """Run the hidden tests on a clean copy of ``final`` and compute the reward."""
+        """Run the hidden tests on a clean copy of ``final`` and compute the reward.
+
+        ``sandbox``: where they run (default: this grader's; an episode in an
+        environment passes one of that environment).
+        """
         started = time.monotonic()
-        tree = clean_tree(task, original, final)
-        tree[HARNESS_NAME] = self._runner
-        nonce = secrets.token_hex(16)
-        # The pytest harness in mode in_process (a repository's tests need its real
-        # objects; the tree is a clean copy, the hidden tests fresh). The harness hands
-        # each line of part two after the nonce to pytest as an argument. The files are
-        # run, not the node ids (a node id in a file that fails to import stops pytest
-        # before any test runs), and one broken file must not stop the others.
-        files = dict.fromkeys(node.split("::", 1)[0] for node in task.hidden_node_ids)
-        first = f"in_process {PYTHON_LIBRARIES_DIR} 0".encode()
-        second = "\n".join([nonce, "--continue-on-collection-errors", *files]).encode()
-        job = b"%010d" % len(first) + first + b"%010d" % len(second) + second
-        wall = max(limits.wall_time_s, DEFAULT_GRADING_WALL_TIME_S)
-        run_limits = limits.merged(wall_time_s=wall, cpu_time_s=max(limits.cpu_time_s, wall))
-        async with self._slots:
-            run = await self.sandbox.run(
-                RunRequest(
-                    argv=python_command(HARNESS_NAME),
-                    stdin=job,
-                    files=tree,
-                    limits=run_limits,
-                    want_report=True,
-                )
-            )
-        judgement = _judgement(task, interpret_pytest_run(run, nonce))
+        judgement = await self.judge_tree(task, original, final, limits=limits, sandbox=sandbox)
+        run = judgement.run
         spec = reward or load_spec("binary")
         synthetic = Task(task_id=task.id, kind="pytest", test_files={HARNESS_NAME: ""})
         breakdown = await evaluate(spec, synthetic, changed_code(original, final), judgement)
@@ -194,8 +176,58 @@ class Grader:
             message=judgement.message,
             wall_time_s=time.monotonic() - started,
             breakdown=breakdown,
-            peak_memory_bytes=run.peak_memory_bytes,
+            peak_memory_bytes=run.peak_memory_bytes if run is not None else None,
         )
+
+    async def judge_tree(
+        self,
+        task: RepoTask,
+        original: dict[str, bytes],
+        final: dict[str, bytes],
+        *,
+        limits: Limits,
+        sandbox: Sandbox | None = None,
+    ) -> Judgement:
+        """The hidden tests' judgement of a clean copy of ``final`` (no reward).
+
+        Args:
+            task: The task (its hidden tests and node ids).
+            original: The snapshot's files.
+            final: The tree to score (the agent's, or the snapshot with a patch applied).
+            limits: The run's limits (at least 120 s of wall time are given).
+            sandbox: Where to run (default: this grader's sandbox).
+
+        Returns:
+            The judgement; ``details["node_outcomes"]`` holds each hidden node id's
+            outcome, ``details["tests"]`` every test that ran.
+        """
+        tree = clean_tree(task, original, final)
+        tree[HARNESS_NAME] = self._runner
+        nonce = secrets.token_hex(16)
+        # The pytest harness in mode in_process (a repository's tests need its real
+        # objects; the tree is a clean copy, the hidden tests fresh). The harness hands
+        # each line of part two after the nonce to pytest as an argument. The files are
+        # run, not the node ids (a node id in a file that fails to import stops pytest
+        # before any test runs), and one broken file must not stop the others.
+        files = dict.fromkeys(node.split("::", 1)[0] for node in task.hidden_node_ids)
+        first = f"in_process {PYTHON_LIBRARIES_DIR} 0".encode()
+        second = "\n".join(
+            [nonce, "--continue-on-collection-errors", *task.test_args, *files]
+        ).encode()
+        job = b"%010d" % len(first) + first + b"%010d" % len(second) + second
+        wall = max(limits.wall_time_s, DEFAULT_GRADING_WALL_TIME_S)
+        run_limits = limits.merged(wall_time_s=wall, cpu_time_s=max(limits.cpu_time_s, wall))
+        async with self._slots:
+            run = await (sandbox or self.sandbox).run(
+                RunRequest(
+                    argv=python_command(HARNESS_NAME),
+                    stdin=job,
+                    files=tree,
+                    limits=run_limits,
+                    want_report=True,
+                )
+            )
+        return _judgement(task, interpret_pytest_run(run, nonce))
 
 
 def _judgement(task: RepoTask, judged: Judgement) -> Judgement:

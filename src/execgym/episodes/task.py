@@ -61,6 +61,10 @@ class RepoTask(BaseModel):
         time_budget_s: Wall-clock seconds from ``reset`` to the end of the episode.
         limits: Limits of the session and the scoring run (over execgym's defaults).
         test_command: The test runner (``pytest``: the only one today).
+        environment: The root file system the session and the scoring run use
+            (:mod:`execgym.environments`): ``None``/``"host"``, a name or digest, or an
+            inline spec; the scoring run uses its Python and packages.
+        test_args: More pytest arguments of the scoring run (``-o pythonpath=src``...).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -77,6 +81,8 @@ class RepoTask(BaseModel):
     time_budget_s: float = Field(default=600.0, gt=0, le=86_400, allow_inf_nan=False)
     limits: TaskLimits | None = None
     test_command: str = "pytest"
+    environment: str | dict[str, Any] | None = None
+    test_args: list[str] = Field(default_factory=list)
 
     @field_validator("hidden_tests")
     @classmethod

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from execgym.errors import ConfigError
 from execgym.sandbox.base import RunResult, Status
 
 if TYPE_CHECKING:
@@ -220,6 +221,8 @@ class JudgeSet:
             :class:`~execgym.reward.coverage.CoverageJudge`, which judges the completion
             as tests). What a reward specification asks for is turned into these by
             :class:`execgym.scoring.core.Scoring`.
+        swe: The judge of ``swe`` tasks (:class:`execgym.episodes.swe.SweJudge`; it
+            scores with the episodes' grader, which judges/ does not import).
     """
 
     def __init__(
@@ -229,11 +232,14 @@ class JudgeSet:
         cases: bool = False,
         measure_reference: bool = False,
         python_assert: Judge | None = None,
+        swe: Judge | None = None,
     ) -> None:
         self._builder = builder
         self._cases = cases
         self._measure_reference = measure_reference
         self._made: dict[str, Judge] = {} if python_assert is None else {"assert": python_assert}
+        if swe is not None:
+            self._made["swe"] = swe
 
     @property
     def builder(self) -> Builder:
@@ -250,7 +256,7 @@ class JudgeSet:
         ``assert`` in Python: :class:`~execgym.judges.AssertJudge` (or the
         ``python_assert`` judge given); ``assert`` in other
         languages: :class:`~execgym.judges.NativeAssertJudge`; ``stdio``,
-        ``function_call``, ``pytest``, ``unittest``: the judge of that name.
+        ``function_call``, ``pytest``, ``unittest``, ``swe``: the judge of that name.
         """
         key = task.kind if task.kind != "assert" or task.language == "python" else "native"
         judge = self._made.get(key)
@@ -274,6 +280,11 @@ class JudgeSet:
             return PytestJudge()
         if key == "unittest":
             return UnittestJudge()
+        if key == "swe":
+            raise ConfigError(
+                "swe tasks need the SWE judge: JudgeSet(swe=execgym.episodes.swe.SweJudge()) "
+                "(execgym score and the workers give it)"
+            )
         if key == "native":
             return NativeAssertJudge(self.builder)
         return AssertJudge(cases=self._cases, measure_reference=self._measure_reference)

@@ -35,6 +35,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from execgym import guest
+from execgym.environments.model import Environment
+from execgym.environments.mounts import remap_argv, run_env
 from execgym.errors import SandboxError, SandboxSetupFailed
 from execgym.limits import DEFAULT_LIMITS, Limits, MiB
 from execgym.sandbox._cgroup import RunCgroup
@@ -71,7 +73,16 @@ class Session:
 
     name = "bwrap-session"
 
-    def __init__(self, limits: Limits, idle_timeout_s: float, max_lifetime_s: float) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        idle_timeout_s: float,
+        max_lifetime_s: float,
+        environment: Environment | None = None,
+    ) -> None:
+        self.environment = (
+            environment if environment is not None and not environment.is_host else None
+        )
         self.limits = limits
         self.idle_timeout_s = idle_timeout_s
         self.max_lifetime_s = max_lifetime_s
@@ -87,7 +98,7 @@ class Session:
         self._uid: int | None = None
 
     async def _start(self) -> None:
-        box = BubblewrapSandbox()
+        box = BubblewrapSandbox(environment=self.environment)
         if os.geteuid() == 0:  # a host uid no other run or session has (see _uids)
             self._uids = process_block()
             self._uid = self._uids.take() if self._uids is not None else None
@@ -101,7 +112,9 @@ class Session:
         rlimits = [limit for limit in rlimits if limit[0] != resource.RLIMIT_CPU]
         agent = guest.source("session_agent")
         argv = box._argv(
-            [*python_command("-c")[:-1], "-c", agent, str(_CONTROL_FD)],
+            remap_argv(
+                [*python_command("-c")[:-1], "-c", agent, str(_CONTROL_FD)], self.environment
+            ),
             self.limits,
             ["--seccomp", str(_SECCOMP_FD)],
             uid=self._uid,
@@ -110,7 +123,7 @@ class Session:
         fd_map = {_CONTROL_FD: agent_end.fileno(), _SECCOMP_FD: seccomp_fd}
         spec = ProcessSpec(
             argv=argv,
-            env={**BASE_ENV, "HOME": WORK_DIR, "TMPDIR": "/tmp"},
+            env={**run_env(self.environment, BASE_ENV), "HOME": WORK_DIR, "TMPDIR": "/tmp"},
             stdin=b"",
             wall_time_s=self.max_lifetime_s,
             cpu_time_s=self.max_lifetime_s,
@@ -474,6 +487,7 @@ async def open_session(
     *,
     idle_timeout_s: float = 300.0,
     max_lifetime_s: float = 3600.0,
+    environment: Environment | None = None,
 ) -> AsyncIterator[Session]:
     """Open a persistent bwrap session; it is reclaimed when the block ends.
 
@@ -482,12 +496,14 @@ async def open_session(
             fields are the default per-command limits.
         idle_timeout_s: Seconds without a call after which the session closes itself.
         max_lifetime_s: Seconds after which the session closes itself, busy or not.
+        environment: The root file system the session sees (:mod:`execgym.environments`;
+            ``None``: the host's); its agent runs with the environment's Python.
 
     Raises:
         SandboxUnavailable: if bwrap is missing.
         SandboxSetupFailed: if the sandbox does not come up.
     """
-    session = Session(limits, idle_timeout_s, max_lifetime_s)
+    session = Session(limits, idle_timeout_s, max_lifetime_s, environment)
     try:
         await session._start()
         yield session

@@ -19,6 +19,7 @@ from typing import Any
 from execgym.calibration import Calibration, Calibrator
 from execgym.diagnostics import Diagnoser
 from execgym.environments.routing import EnvironmentSandboxes, default_store
+from execgym.episodes.swe import SweJudge
 from execgym.errors import ConfigError, Error, TaskError
 from execgym.judges.base import Judgement, JudgeSet, Verdict
 from execgym.judges.compile import Builder
@@ -102,6 +103,7 @@ class Scoring:
             measure_reference=reward is not None and reward.needs_reference,
             # a coverage reward: the completion is tests, run on the reference
             python_assert=CoverageJudge() if reward is not None and reward.needs_coverage else None,
+            swe=SweJudge(),
         )
         self.breakers = breakers
         self.metrics = metrics

@@ -17,6 +17,9 @@ A task says how its rollouts are judged by its test ``kind``:
 - ``unittest`` (BigCodeBench style): ``solution_prefix + completion + tests`` is one
   module whose ``unittest.TestCase`` class ``TestCases`` runs in the solution's own
   process, so the tests see the real objects it returns; every test's outcome is kept.
+- ``swe`` (SWE-bench style, :mod:`execgym.tasks.swe`): the completion is a patch to a
+  repository snapshot; resolved when every ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` test
+  passes with the hidden ``test_patch`` applied after it (:mod:`execgym.episodes.swe`).
 
 The published JSON Schema (``schemas/task.schema.json``) is generated from these
 models by ``python -m execgym.tasks.schema``.
@@ -32,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from execgym.errors import ConfigError
 from execgym.languages import LANGUAGES as _TABLE
 from execgym.limits import MAX_BYTES, MAX_COUNT, MAX_SECONDS, MIN_MEMORY_BYTES, Limits
+from execgym.tasks.swe import SweFields, is_instance, rollout_from_prediction, task_from_instance
 
 LANGUAGES = tuple(name for name, language in _TABLE.items() if language.task_language)
 """Languages a task may name (whether a toolchain is present is checked when judging);
@@ -40,10 +44,10 @@ from the one language table, :data:`execgym.languages.LANGUAGES`."""
 LANGUAGE_ALIASES = {alias: name for name in LANGUAGES for alias in _TABLE[name].aliases}
 """Other spellings accepted for :data:`LANGUAGES` (as in markdown fence tags)."""
 
-TEST_KINDS = ("assert", "stdio", "function_call", "pytest", "unittest")
+TEST_KINDS = ("assert", "stdio", "function_call", "pytest", "unittest", "swe")
 """How a task's tests are run; see the module docstring."""
 
-TestKind = Literal["assert", "stdio", "function_call", "pytest", "unittest"]
+TestKind = Literal["assert", "stdio", "function_call", "pytest", "unittest", "swe"]
 
 
 def normalize_language(value: str) -> str:
@@ -324,6 +328,9 @@ class Task(BaseModel):
             Judges then run with the environment's own Python.
         diagnose: The diagnostics its rollouts get (:class:`Diagnose`: leaks, hot
             spots, complexity); ``None`` (default): none, unless the run asks for them.
+        swe: ``swe``: the repository snapshot, hidden test patch and node ids
+            (:class:`~execgym.tasks.swe.SweFields`); a SWE-bench instance line is
+            converted into such a task when validated.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -351,6 +358,7 @@ class Task(BaseModel):
     conventions: Conventions = Field(default_factory=Conventions)
     environment: str | dict[str, Any] | None = None
     diagnose: Diagnose | None = None
+    swe: SweFields | None = None
 
     @field_validator("language")
     @classmethod
@@ -374,6 +382,8 @@ class Task(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _assert_tasks_need_a_prompt(cls, data: Any) -> Any:
+        if is_instance(data):
+            data = task_from_instance(data)
         if isinstance(data, dict) and data.get("kind") == "function_call":
             name = data.get("fn_name") or data.get("entry_point")
             if isinstance(name, str):  # LeetCodeDataset writes "Solution().method"
@@ -480,6 +490,14 @@ def _check_pytest(task: Task) -> str:
     return ""
 
 
+def _check_swe(task: Task) -> str:
+    if task.swe is None:
+        return "needs `swe`: its snapshot, test_patch and FAIL_TO_PASS/PASS_TO_PASS"
+    if not (task.swe.fail_to_pass or task.swe.pass_to_pass):
+        return "has no hidden tests: give FAIL_TO_PASS (and PASS_TO_PASS) node ids"
+    return ""
+
+
 def _check_unittest(task: Task) -> str:
     if task.language != "python":
         return "must be in python"
@@ -494,6 +512,7 @@ _KIND_CHECKS = {
     "function_call": _check_function_call,
     "pytest": _check_pytest,
     "unittest": _check_unittest,
+    "swe": _check_swe,
 }
 
 
@@ -515,3 +534,8 @@ class Rollout(BaseModel):
     completion: str
     rollout_id: str | None = None
     files: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prediction(cls, data: Any) -> Any:
+        return rollout_from_prediction(data)  # a SWE-bench prediction's fields

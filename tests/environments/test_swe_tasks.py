@@ -1,0 +1,172 @@
+"""Real SWE-style tasks (tests/data/swe, built by its build.py from the projects' history).
+
+Each is a real bug fix of a real project: the repository at the fix's parent commit, the
+fix's source changes as the gold ``patch`` and its tests as the ``test_patch``, in an
+environment built once per session from a declarative spec (the Debian test image plus
+pytest from PyPI). Scored in one batch through ``execgym score`` and through a real
+redis-server with a worker process; one episode per project solved by a scripted agent
+in the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from execgym.cli import main
+from execgym.environments import Environment, EnvironmentCache
+from execgym.environments.routing import resolve
+from execgym.episodes import AsyncEnv, ScriptedAgent
+from execgym.episodes.swe import apply_patch, load_instances, patched_paths, repo_task
+from execgym.episodes.task import repo_files
+from execgym.testing import RedisServer
+from tests.conftest import require
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "swe"
+INSTANCES = DATA / "instances.jsonl"
+ROWS = [json.loads(line) for line in INSTANCES.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def swe_environment(env_cache: EnvironmentCache, debian: Environment) -> Environment:
+    """The real tasks' environment (one spec for all of them), built once per session."""
+    specs = {json.dumps(row["environment"], sort_keys=True) for row in ROWS}
+    assert len(specs) == 1
+    return resolve(ROWS[0]["environment"], env_cache)
+
+
+def predictions(path: Path) -> Path:
+    """Gold and empty predictions of every instance, in SWE-bench's prediction format."""
+    lines = []
+    for row in ROWS:
+        for model, patch in (("gold", row["patch"]), ("empty", "")):
+            line = {"instance_id": row["instance_id"], "model_patch": patch}
+            lines.append({**line, "model_name_or_path": model})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def verdicts(path: Path) -> dict[str, tuple[str, float | None]]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {r["rollout_id"]: (r["verdict"], r["reward"]) for r in rows}
+
+
+EXPECTED = {
+    f"{row['instance_id']}#{model}": expected
+    for row in ROWS
+    for model, expected in (("gold", ("passed", 1.0)), ("empty", ("failed", 0.0)))
+}
+
+
+def test_the_tasks_are_real_fixes_with_their_sources() -> None:
+    projects = Counter(row["repo"] for row in ROWS)
+    assert len(ROWS) >= 12, projects
+    assert len(projects) >= 4, projects
+    assert (DATA / "SOURCE.md").is_file()
+    assert len(list((DATA / "licenses").iterdir())) == len(projects)
+    for row in ROWS:
+        assert row["FAIL_TO_PASS"]
+        assert set(row["FAIL_TO_PASS"]).isdisjoint(row["PASS_TO_PASS"])
+        with tarfile.open(DATA / row["snapshot"]) as archive:
+            names = archive.getnames()
+        # the snapshot is the base commit's files only: no git objects, refs or reflog
+        assert not [n for n in names if ".git/" in n or n.startswith(".git")]
+        assert all(
+            not name.startswith(("test", "tests")) and "/tests/" not in name
+            for name in patched_paths(row["patch"])
+        )
+
+
+@pytest.mark.timeout(900)  # the environment build (once) and 24 real test runs
+def test_gold_and_empty_patches_in_one_batch_through_execgym_score(
+    swe_environment: Environment,
+    env_cache: EnvironmentCache,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("EXECGYM_ENV_CACHE", str(env_cache.root))
+    monkeypatch.chdir(DATA)  # the instances name their snapshots relative to it
+    out = tmp_path / "results.jsonl"
+    args = ["score", str(INSTANCES), str(predictions(tmp_path / "p.jsonl")), "-o", str(out)]
+    result = CliRunner().invoke(main, [*args, "--workers", "4"])
+    assert result.exit_code == 0, result.output
+    assert verdicts(out) == EXPECTED
+
+
+@pytest.mark.timeout(900)  # the environment build (once) and 24 real test runs
+def test_the_same_batch_through_redis_and_a_worker_process(
+    swe_environment: Environment, env_cache: EnvironmentCache, tmp_path: Path
+) -> None:
+    require(shutil.which("redis-server") is not None, "redis-server (apt-get install redis-server)")
+    server = RedisServer(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    server.start()
+    env = {**os.environ, "EXECGYM_ENV_CACHE": str(env_cache.root)}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "execgym", "worker", "--broker", server.url, "--concurrency", "4"],
+        cwd=DATA,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        out = tmp_path / "results.jsonl"
+        args = ["score", str(INSTANCES), str(predictions(tmp_path / "p.jsonl")), "-o", str(out)]
+        result = CliRunner().invoke(main, [*args, "--broker", server.url])
+        assert result.exit_code == 0, result.output
+        assert verdicts(out) == EXPECTED
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        server.kill()
+
+
+def _gold_actions(row: dict[str, Any], files: dict[str, bytes]) -> list[dict[str, Any]]:
+    """The fix written file by file, a command run with the environment's Python, submit."""
+    fixed = apply_patch(files, row["patch"])
+    writes = [
+        {"tool": "write_file", "arguments": {"path": name, "content": fixed[name].decode()}}
+        for name in patched_paths(row["patch"])
+    ]
+    probe = "python -c 'import sys; print(sys.version_info[:2], sys.executable)'"
+    return [{"tool": "run_command", "arguments": {"command": probe}}, *writes, {"tool": "submit"}]
+
+
+@pytest.mark.timeout(900)  # the environment build (once) and 24 real test runs
+def test_one_episode_per_project_solved_in_its_environment(
+    swe_environment: Environment, env_cache: EnvironmentCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXECGYM_ENV_CACHE", str(env_cache.root))
+    tasks = {task.task_id: task for task in load_instances(INSTANCES)}
+    firsts = {row["repo"]: row for row in reversed(ROWS)}
+
+    async def play(row: dict[str, Any]) -> Any:
+        task = repo_task(tasks[row["instance_id"]])
+        async with AsyncEnv(task) as env:
+            agent = ScriptedAgent(_gold_actions(row, repo_files(task)))
+            return await agent.arun(env)
+
+    async def play_all() -> list[Any]:
+        return await asyncio.gather(*(play(row) for row in firsts.values()))
+
+    results = asyncio.run(play_all())
+    for row, result in zip(firsts.values(), results, strict=True):
+        assert result.reward == 1.0, (row["instance_id"], result.info["message"])
+        first = result.observations[1]["output"]
+        assert "(3, 11)" in first, first  # Debian's Python, not the host's
+        assert "/usr/bin/python3" in first, first
