@@ -37,7 +37,7 @@ def image_cache_root() -> Path:
     return Path(base) / "execgym-tests" / "images"
 
 
-def _layer(entries: list[tuple[str, bytes | None]]) -> bytes:
+def layer_tar(entries: list[tuple[str, bytes | None]]) -> bytes:
     """An uncompressed layer tar: ``(path, content)`` files, ``(path/, None)`` dirs."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -126,8 +126,8 @@ def build_test_image(root: Path | None = None) -> Path:
             work,
         )
         (work / "rootfs.tar").unlink()
-        (work / "layer2.tar").write_bytes(_layer(SECOND_LAYER))
-        (work / "layer3.tar").write_bytes(_layer(THIRD_LAYER))
+        (work / "layer2.tar").write_bytes(layer_tar(SECOND_LAYER))
+        (work / "layer3.tar").write_bytes(layer_tar(THIRD_LAYER))
         _run(
             ["umoci", "raw", "add-layer", "--image", "layout:base", "--tag", "top", "layer2.tar"],
             work,
