@@ -6,11 +6,17 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from execgym.cli import main
 from execgym.environments import Environment, EnvironmentCache
 from tests.environments.images import layer_tar
+
+# The first test of a session may import the Debian image (15-40 s; 75 s seen with the
+# machine's load at 30) and build it on a new machine (mmdebstrap: 40-80 s more); builds
+# copy its 210 MB root.
+pytestmark = pytest.mark.timeout(600)
 
 
 def _env(*args: str) -> tuple[int, str, str]:

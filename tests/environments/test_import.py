@@ -17,6 +17,11 @@ from execgym.environments import (
 )
 from execgym.environments.layers import unpack_layer
 
+# The first test of a session may import the Debian image (15-40 s; 75 s seen with the
+# machine's load at 30) and build it on a new machine (mmdebstrap: 40-80 s more); builds
+# copy its 210 MB root.
+pytestmark = pytest.mark.timeout(600)
+
 
 def test_base_image_is_debian_with_its_python(debian: Environment) -> None:
     assert debian.rootfs is not None

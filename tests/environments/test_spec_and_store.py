@@ -17,6 +17,11 @@ from execgym.sandbox.base import Status
 from execgym.sandbox.bwrap import BubblewrapSandbox
 from execgym.storage import open_store
 
+# The first test of a session may import the Debian image (15-40 s; 75 s seen with the
+# machine's load at 30) and build it on a new machine (mmdebstrap: 40-80 s more); builds
+# copy its 210 MB root.
+pytestmark = pytest.mark.timeout(600)
+
 SPEC = EnvironmentSpec(
     base="debian",
     pip=("iniconfig==2.0.0",),  # from PyPI, during the build only

@@ -13,6 +13,11 @@ from execgym.sandbox.pool import WarmPoolSandbox
 from execgym.scoring import Scorer
 from execgym.tasks.models import Rollout, Task
 
+# The first test of a session may import the Debian image (15-40 s; 75 s seen with the
+# machine's load at 30) and build it on a new machine (mmdebstrap: 40-80 s more); builds
+# copy its 210 MB root.
+pytestmark = pytest.mark.timeout(600)
+
 TESTS = "def check(candidate):\n    assert candidate() == {expected!r}\n"
 PROBE = (
     "def f():\n"

@@ -16,10 +16,16 @@ from execgym.sandbox.gvisor import GVisorSandbox
 from execgym.sandbox.pool import WarmPoolSandbox
 from tests.conftest import require
 
+# The first test of a session may import the Debian image (15-40 s; 75 s seen with the
+# machine's load at 30) and build it on a new machine (mmdebstrap: 40-80 s more); builds
+# copy its 210 MB root.
+pytestmark = pytest.mark.timeout(600)
+
 TIERS = ["bwrap", "prestart", "pool", "gvisor"]
 
 PROBE = b"""
 import json, os, sys
+
 out = {"version": sys.version.split()[0], "executable": sys.executable,
        "os": open("/etc/os-release").read().split("\\n")[0],
        "issue": os.path.exists("/etc/issue"), "data": sorted(os.listdir("/opt/data")),
