@@ -46,7 +46,7 @@ LIMITS = Limits(wall_time_s=20, cpu_time_s=10)
 
 
 def _lines(tasks) -> list[RolloutLine]:  # type: ignore[no-untyped-def]
-    return [RolloutLine(i, r) for i, r in enumerate(canonical_rollouts(tasks))]
+    return canonical_rollouts(tasks)
 
 
 async def embedded(tasks, workers: int) -> float:  # type: ignore[no-untyped-def]
@@ -61,7 +61,7 @@ async def embedded(tasks, workers: int) -> float:  # type: ignore[no-untyped-def
 
 
 async def _through(broker, tasks) -> float:  # type: ignore[no-untyped-def]
-    jobs, local = make_jobs({t.task_id: t for t in tasks}, _lines(tasks), LIMITS)
+    jobs, local = make_jobs(tasks, _lines(tasks), LIMITS)
     if local:
         raise RuntimeError(f"{len(local)} rollouts could not be sent")
     started = time.perf_counter()

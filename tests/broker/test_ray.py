@@ -20,7 +20,7 @@ import pytest
 from execgym import Rollout, RolloutLine, Task, Verdict
 from execgym.broker import make_jobs, score_jobs
 from execgym.broker.ray_actors import ActorConfig
-from execgym.broker.ray_broker import RayBroker
+from execgym.broker.ray_broker import RayBroker, cluster_status
 from execgym.limits import Limits
 from execgym.ops.breakers import BreakerPolicy
 from execgym.reward import load_spec
@@ -200,6 +200,8 @@ async def test_failures_on_one_actor_quarantine_the_type_on_every_actor(ray_clus
             assert '"verdict":"sandbox_error"' in line
         views = {v["task_type"]: v for v in await broker.breaker_views()}
         assert views["Starved"]["state"] == "open"
+        shown = await cluster_status("ray")  # what `execgym status --broker ray` renders
+        assert [v["state"] for v in shown["breakers"] if v["task_type"] == "Starved"] == ["open"]
         second = broker.handles[1]
         line = await second.judge.remote(jobs[2].to_json())  # the other node's actor
         assert '"verdict":"quarantined"' in line, line
@@ -212,3 +214,23 @@ async def test_failures_on_one_actor_quarantine_the_type_on_every_actor(ray_clus
         board = broker.board
         if board is not None:
             ray.kill(board)
+
+
+async def test_the_trainer_client_scores_on_the_cluster_with_the_env_var(
+    ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from execgym.integrations.client import BROKER_ENV, RewardClient
+
+    monkeypatch.setenv(BROKER_ENV, "ray")  # what a verl or OpenRLHF job sets; no service
+    truth = {"task_id": SQUARE.task_id, "prompt": SQUARE.prompt, "tests": SQUARE.tests,
+             "entry_point": SQUARE.entry_point}  # fmt: skip
+    async with RewardClient(reward="binary", limits=LIMITS) as client:
+        assert client._ray is not None
+        scores = await client.score_many(
+            [("```python\ndef square(x):\n    return x * x\n```", truth),
+             ("```python\ndef square(x):\n    return x + x\n```", truth)]
+        )  # fmt: skip
+        workers = await client._ray.live_workers()
+    assert [s.verdict for s in scores] == ["passed", "failed"]
+    assert [s.reward for s in scores] == [1.0, 0.0]
+    assert len(workers) == 2  # one actor per node of the cluster

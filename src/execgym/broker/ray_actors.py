@@ -104,6 +104,7 @@ class ActorConfig:
         allow_root: Let ``isolation="none"`` run as root.
         reward: The reward spec every result is rewarded with (``None``: binary).
         breaker_key: How a task's type is named for the breakers (``dataset``...).
+        diagnose: Diagnostics for every passing rollout (``None``: each task's own).
     """
 
     isolation: str = "bwrap"
@@ -111,6 +112,7 @@ class ActorConfig:
     allow_root: bool = False
     reward: RewardSpec | None = None
     breaker_key: str = "dataset"
+    diagnose: tuple[str, ...] | None = None
 
 
 class SandboxActor:
@@ -150,7 +152,7 @@ class SandboxActor:
                 config.isolation, warm_pool=config.warm_pool, allow_root=config.allow_root
             )
             await self_test(sandbox)
-            self._scoring = Scoring(sandbox, reward=config.reward)
+            self._scoring = Scoring(sandbox, reward=config.reward, diagnose=config.diagnose)
         import ray
 
         return {

@@ -133,6 +133,8 @@ class RayBroker:
     _slots: list[_Slot] = field(default_factory=list)
     _board: Any = None
     _capacity: int = 2
+    _freed: asyncio.Event = field(default_factory=asyncio.Event)
+    _starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         ray_address(self.url)
@@ -152,8 +154,12 @@ class RayBroker:
             BrokerUnavailable: no cluster, or the actors were not ready in time (the
                 cluster has no free CPUs for them, or a node cannot run the sandbox).
         """
-        if self._slots:
-            return [slot.info for slot in self._slots]
+        async with self._starting:  # concurrent callers (a trainer's samples) start one set
+            if not self._slots:
+                await self._start()
+        return [slot.info for slot in self._slots]
+
+    async def _start(self) -> None:
         ray = connect(self.url)
         alive = [node for node in ray.nodes() if node.get("Alive")]
         count = self.actors or max(1, len(alive))
@@ -195,7 +201,6 @@ class RayBroker:
         self._slots = [_Slot(h, dict(info), 0) for h, info in zip(handles, infos, strict=True)]
         self._capacity = 2 * concurrency
         log.info("ray_workers_ready actors=%d concurrency=%d", count, concurrency)
-        return infos
 
     @property
     def handles(self) -> list[Any]:
@@ -245,6 +250,10 @@ class RayBroker:
         try:
             while waiting or running:
                 self._dispatch(waiting, running)
+                if not running and self._slots:  # every actor is full of others' jobs
+                    self._freed.clear()
+                    await self._freed.wait()
+                    continue
                 if not running:
                     raise BrokerError(
                         f"every Ray sandbox actor died; {len(waiting)} of {len(jobs)} jobs "
@@ -254,6 +263,7 @@ class RayBroker:
                 for future in finished:
                     job, attempt, slot = running.pop(future)
                     slot.held -= 1
+                    self._freed.set()
                     error = future.exception()
                     if isinstance(error, ray.exceptions.RayActorError):
                         self._bury(slot, error)
@@ -275,6 +285,8 @@ class RayBroker:
         finally:
             for future in running:
                 future.cancel()
+                running[future][2].held -= 1
+            self._freed.set()
 
     def _dispatch(
         self,
@@ -345,6 +357,38 @@ class RayBroker:
         for slot in slots:
             with contextlib.suppress(Exception):
                 ray.kill(slot.handle)
+
+
+async def cluster_status(url: str = "ray", reset: str | None = None) -> dict[str, Any]:
+    """The cluster's breakers (one view) and nodes, for ``execgym status --broker ray``.
+
+    Args:
+        url: ``ray`` or ``ray://HOST:PORT``.
+        reset: A task type whose breaker to close first (an operator's reset).
+
+    Returns:
+        ``{"nodes": alive nodes, "cpus": their CPUs, "breakers": [view JSON...] or
+        None when no batch with breakers has run on the cluster, "reset": bool}``.
+
+    Raises:
+        BrokerUnavailable: no cluster at ``url``.
+    """
+    ray = connect(url)
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    answer: dict[str, Any] = {
+        "nodes": len(alive),
+        "cpus": sum(float(node.get("Resources", {}).get("CPU", 0)) for node in alive),
+        "breakers": None,
+        "reset": False,
+    }
+    try:
+        board = ray.get_actor(BOARD_NAME, namespace=NAMESPACE)
+    except ValueError:  # no batch with breakers has run on this cluster
+        return answer
+    if reset is not None:
+        answer["reset"] = await board.reset.remote(reset)
+    answer["breakers"] = await board.views.remote()
+    return answer
 
 
 async def _awaited(ref: Any) -> Any:

@@ -102,9 +102,31 @@ async def _broker_status(url: str, prefix: str) -> str:
     return f"{report}\n{note}"
 
 
+def _ray_status(url: str, reset_type: str | None) -> str:
+    """The Ray cluster's one breaker view (its board actor), and its nodes."""
+    from execgym.broker.ray_broker import cluster_status
+
+    data = asyncio.run(cluster_status(url, reset_type))
+    lines = [f"broker: ray ({url}): {data['nodes']} node(s), {data['cpus']:g} CPUs"]
+    if reset_type is not None:
+        done = "reset, now closed" if data["reset"] else "no such breaker on the cluster"
+        lines.append(f"breaker {reset_type}: {done}")
+    if data["breakers"] is None:
+        lines.append("breakers: none yet (no batch with breakers has run on this cluster)")
+    else:
+        lines.extend(render_breakers(data["breakers"]))
+    return "\n".join(lines)
+
+
 @click.command()
 @click.option("--url", default=None, help="An `execgym serve` service: http://HOST:PORT.")
-@click.option("--broker", "broker_url", default=None, help="A broker: redis://HOST:PORT/DB.")
+@click.option(
+    "--broker",
+    "broker_url",
+    default=None,
+    help="A broker: redis://HOST:PORT/DB, or 'ray' / ray://HOST:PORT (the cluster's "
+    "breakers, shared by its sandbox actors; --reset works there).",
+)
 @prefix_option
 @token_option("The service's bearer token [env: EXECGYM_SERVER_TOKEN].")
 @click.option("--reset", "reset_type", default=None, metavar="TYPE", help="Close TYPE's breaker.")
@@ -124,9 +146,16 @@ def status(
       execgym status --url http://localhost:8080
       execgym status --url http://localhost:8080 --reset HumanEval
       execgym status --broker redis://localhost:6379/0
+      execgym status --broker ray --reset HumanEval
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     if bool(url) == bool(broker_url):
         raise click.UsageError("give either --url (a service) or --broker (a queue)")
+    if broker_url and (broker_url == "ray" or broker_url.startswith("ray://")):
+        try:
+            click.echo(_ray_status(broker_url, reset_type))
+        except Error as error:
+            raise click.ClickException(str(error)) from error
+        return
     if broker_url:
         if reset_type or as_json:
             raise click.UsageError(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from execgym.errors import Error
+from execgym.errors import BrokerError, Error
 from execgym.integrations.extract import completion_text, extract_code
 from execgym.integrations.ground_truth import record_from_ground_truth, task_from_record
 from execgym.limits import DEFAULT_LIMITS, Limits
@@ -33,8 +33,14 @@ from execgym.ops.breakers import Breakers
 from execgym.reward import RewardSpec, load_spec
 from execgym.sandbox.base import Sandbox
 from execgym.scoring.core import Scoring, score_rollout
+from execgym.scoring.results import ScoredRollout
 from execgym.sync_bridge import BackgroundLoop
+from execgym.tasks.loaders import RolloutLine
 from execgym.tasks.models import Rollout, Task
+
+BROKER_ENV = "EXECGYM_BROKER"
+"""Where the trainer adapters score when not told: ``ray`` inside a Ray cluster
+(sandbox actors on its nodes), ``ray://HOST:PORT``, or unset (in the trainer's process)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,10 @@ class RewardClient:
             sample of a quarantined type is ``quarantined``, masked (``None``), at once.
         diagnose: Diagnostics for every sample that passes (``("leaks", "hotspots",
             "complexity")``, docs/diagnostics.md); ``None``: each task's ``diagnose``.
+        broker: ``"ray"`` (or ``ray://HOST:PORT``): score on sandbox actors of the Ray
+            cluster this process runs in (one per node, started on first use, each with
+            its warm pool and this client's reward), no service to run; ``None``: the
+            ``EXECGYM_BROKER`` environment variable, else here, in ``sandbox``.
 
     Raises:
         ConfigError: for an unknown reward or a missing tool it needs.
@@ -89,6 +99,7 @@ class RewardClient:
         concurrency: int | None = None,
         breakers: Breakers | None = None,
         diagnose: tuple[str, ...] | None = None,
+        broker: str | None = None,
     ) -> None:
         self.breakers = breakers
         self.diagnose = diagnose
@@ -98,6 +109,26 @@ class RewardClient:
         self._owns_sandbox = sandbox is None
         self._scoring: Scoring | None = None  # made with the sandbox: its judges are kept
         self._slots = asyncio.Semaphore(max(1, concurrency or os.cpu_count() or 1))
+        self._ray = self._ray_broker(broker or os.environ.get(BROKER_ENV) or "embedded")
+
+    def _ray_broker(self, url: str) -> Any:
+        """The Ray backend ``url`` names, or ``None`` to score in this process.
+
+        Raises:
+            ConfigError: for a URL that is neither ``embedded`` nor Ray's.
+        """
+        if url in ("embedded", "memory"):
+            return None
+        from execgym.broker.ray_actors import ActorConfig
+        from execgym.broker.ray_broker import RayBroker
+
+        breakers = self.breakers
+        config = ActorConfig(
+            reward=self.spec,
+            diagnose=self.diagnose,
+            breaker_key=(breakers.key_name or "dataset") if breakers is not None else "dataset",
+        )
+        return RayBroker(url, config, breakers=breakers.policy if breakers is not None else None)
 
     async def __aenter__(self) -> RewardClient:
         return self
@@ -122,6 +153,8 @@ class RewardClient:
         box, self._sandbox, self._scoring = self._sandbox, None, None
         if box is not None and self._owns_sandbox:
             await box.aclose()
+        if self._ray is not None:
+            await self._ray.aclose()
 
     async def score_task(self, task: Task, completion: str) -> SampleScore:
         """Score ``completion`` (code, or text with fenced code) against ``task``.
@@ -130,6 +163,26 @@ class RewardClient:
         :func:`~execgym.tasks.extract.extract_code` for the task's language.
         """
         rollout = Rollout(task_id=task.task_id, completion=completion)
+        if self._ray is not None:
+            result = await self._on_ray(task, rollout)
+        else:
+            result = await self._here(task, rollout)
+        breakdown = result.reward_breakdown.to_json() if result.reward_breakdown else None
+        diagnostics = result.diagnostics.to_json() if result.diagnostics else None
+        return SampleScore(
+            result.reward, result.verdict.value, result.message, breakdown, diagnostics
+        )
+
+    async def _on_ray(self, task: Task, rollout: Rollout) -> ScoredRollout:
+        """One sample as one job on the cluster's sandbox actors."""
+        from execgym.broker import make_jobs, score_jobs
+
+        jobs, _ = make_jobs({task.task_id: task}, [RolloutLine(0, rollout)], self.limits)
+        async for message in score_jobs(self._ray, jobs):
+            return message.scored()
+        raise BrokerError(f"the Ray backend returned no result for task {task.task_id!r}")
+
+    async def _here(self, task: Task, rollout: Rollout) -> ScoredRollout:
         async with self._slots:
             if self._scoring is None:
                 self._scoring = Scoring(
@@ -139,12 +192,7 @@ class RewardClient:
                     breakers=self.breakers,
                     diagnose=self.diagnose,
                 )
-            result = await score_rollout(self._scoring, task, rollout)
-        breakdown = result.reward_breakdown.to_json() if result.reward_breakdown else None
-        diagnostics = result.diagnostics.to_json() if result.diagnostics else None
-        return SampleScore(
-            result.reward, result.verdict.value, result.message, breakdown, diagnostics
-        )
+            return await score_rollout(self._scoring, task, rollout)
 
     async def score(
         self, completion: Any, ground_truth: str | dict[str, Any], *, task_id: str | None = None
