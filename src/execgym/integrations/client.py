@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from execgym.errors import BrokerError, Error
+from execgym.errors import BrokerError, ConfigError, Error
 from execgym.integrations.extract import completion_text, extract_code
 from execgym.integrations.ground_truth import record_from_ground_truth, task_from_record
 from execgym.limits import DEFAULT_LIMITS, Limits
@@ -119,6 +119,12 @@ class RewardClient:
         """
         if url in ("embedded", "memory"):
             return None
+        if url != "ray" and not url.startswith("ray://"):
+            raise ConfigError(
+                f"the trainer adapters score here or on Ray, not on broker {url!r} "
+                f"(from broker= or ${BROKER_ENV}): use 'ray' (the cluster this process "
+                "runs in), ray://HOST:PORT, or 'embedded' / unset to score here"
+            )
         from execgym.broker.ray_actors import ActorConfig
         from execgym.broker.ray_broker import RayBroker
 
