@@ -143,6 +143,27 @@ def test_the_command_line_imports_no_judge_data_set_or_broker_to_start() -> None
     assert done.stdout.strip() == "[]"
 
 
+def test_help_lists_every_command_without_loading_the_scoring_stack() -> None:
+    # Found by QA (2026-12-02): `execgym --help` imports every command's module to list
+    # them, and `execgym status` imported the broker (and with it scoring, every judge,
+    # the task models and metrics) at module level: --help took 3x the time of
+    # `execgym score --help`.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from execgym.cli import main\n"
+        "assert CliRunner().invoke(main, ['--help']).exit_code == 0\n"
+        "heavy = ('execgym.scoring', 'execgym.tasks.models', 'execgym.broker',"
+        " 'execgym.ops.metrics', 'execgym.episodes', 'execgym.judges')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_dash_output_writes_the_results_to_stdout_and_the_summary_to_stderr(
     bwrap_sandbox, tmp_path: Path
 ) -> None:

@@ -16,8 +16,6 @@ from typing import Any
 
 import click
 
-from execgym.broker import BrokerSettings, open_broker
-from execgym.broker.worker import describe_broker
 from execgym.cli.options import json_flag, prefix_option, token_option
 from execgym.errors import Error
 
@@ -94,6 +92,11 @@ def render_breakers(breakers: list[dict[str, Any]], enabled: bool = True) -> lis
 
 
 async def _broker_status(url: str, prefix: str) -> str:
+    # Imported here: the broker loads the scoring stack, which `execgym --help` (it
+    # lists every command) and `execgym status --url` have no use for.
+    from execgym.broker import BrokerSettings, open_broker
+    from execgym.broker.worker import describe_broker
+
     report = await describe_broker(open_broker(url, BrokerSettings(), prefix=prefix))
     note = (
         "breakers: each worker's own, on its /metrics (execgym_breaker_state; "
