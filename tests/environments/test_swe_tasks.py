@@ -114,12 +114,13 @@ def test_the_same_batch_through_redis_and_a_worker_process(
     (tmp_path / "redis").mkdir()
     server.start()
     env = {**os.environ, "EXECGYM_ENV_CACHE": str(env_cache.root)}
+    log = (tmp_path / "worker.log").open("wb")
     worker = subprocess.Popen(
         [sys.executable, "-m", "execgym", "worker", "--broker", server.url, "--concurrency", "4"],
         cwd=DATA,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
     try:
         out = tmp_path / "results.jsonl"
@@ -133,6 +134,7 @@ def test_the_same_batch_through_redis_and_a_worker_process(
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+        log.close()
         server.kill()
 
 
@@ -143,7 +145,9 @@ def _gold_actions(row: dict[str, Any], files: dict[str, bytes]) -> list[dict[str
         {"tool": "write_file", "arguments": {"path": name, "content": fixed[name].decode()}}
         for name in patched_paths(row["patch"])
     ]
-    probe = "python -c 'import sys; print(sys.version_info[:2], sys.executable)'"
+    probe = (
+        "python -c 'import os, sys; print(sys.version_info[:2], os.path.realpath(sys.executable))'"
+    )
     return [{"tool": "run_command", "arguments": {"command": probe}}, *writes, {"tool": "submit"}]
 
 
