@@ -293,10 +293,14 @@ def test_a_tasks_file_without_valid_tasks_is_an_error(tmp_path: Path) -> None:
     rollouts = write_jsonl(tmp_path / "rollouts.jsonl", [{"task_id": "t/1", "completion": "x"}])
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    for tasks in (empty, rollouts):  # an empty file; the two files swapped
+    unsupported = write_jsonl(tmp_path / "ocaml.jsonl", [{**ONE_TASK, "language": "ocaml"}])
+    for tasks, swapped in ((empty, False), (rollouts, True), (unsupported, False)):
         code, _, stderr = run("score", str(tasks), str(rollouts), "-o", str(tmp_path / "r"))
         assert code == 1
         assert "no valid tasks in" in stderr
+        # Asked only when the tasks file holds rollouts (QA, 2026-12-02: it was asked of
+        # every bad tasks file, an unsupported language too).
+        assert ("did you swap TASKS and ROLLOUTS?" in stderr) == swapped, stderr
 
 
 def test_rollouts_of_skipped_or_unknown_tasks_say_why(bwrap_sandbox, tmp_path: Path) -> None:

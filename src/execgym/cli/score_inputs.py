@@ -215,11 +215,11 @@ def load_inputs(
                 if problems
                 else "the file has no task lines"
             )
+            swapped = " (did you swap TASKS and ROLLOUTS?)" if _rollout_lines(tasks_path) else ""
             raise TaskError(
                 f"no valid tasks in {tasks_path} ({why}); each line needs task_id and what "
                 "its kind needs (assert: prompt, tests and entry_point; see "
-                "schemas/task.schema.json) "
-                "(did you swap TASKS and ROLLOUTS?)"
+                f"schemas/task.schema.json){swapped}"
             )
     if solutions == "canonical":
         items: list[RolloutLine | LineProblem] = list(canonical_rollouts(tasks))
@@ -230,6 +230,23 @@ def load_inputs(
             items.append(RolloutLine(len(items), rollout))
         return tasks, items, skipped
     return tasks, RolloutStream(rollouts_path or "", tasks, skipped), skipped
+
+
+def _rollout_lines(path: str | None) -> bool:
+    """Whether the first line of ``path`` reads as a rollout (a ``completion``, no ``tests``).
+
+    Only then does the error for a tasks file without tasks ask whether TASKS and
+    ROLLOUTS were swapped: asked of every bad tasks file, it misled (an unsupported
+    language is no swap).
+    """
+    from execgym.tasks.loaders import read_jsonl
+
+    try:
+        for _, _, value in read_jsonl(path or "", warn=lambda *_: None):
+            return isinstance(value, dict) and "completion" in value and "tests" not in value
+    except (TaskError, DamagedInput):
+        pass  # the loader has said what is wrong with the file
+    return False
 
 
 def check_output(output: str, *inputs: str | None) -> None:
