@@ -479,7 +479,11 @@ def test_the_cpu_reading_before_a_kill_stops_the_whole_tree_first() -> None:
     figure cannot fall behind what the run goes on to use before the signal lands."""
     from execgym.guest.proctree import tree_cpu_time_s
 
-    code = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nwhile True: pass\n"
+    # The child sleeps, then leaves: were it left behind, it must not spin forever.
+    code = (
+        "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+        "while True: pass\n"
+    )
     root = subprocess.Popen([sys.executable, "-c", code])
     try:
         time.sleep(0.5)
@@ -493,8 +497,13 @@ def test_the_cpu_reading_before_a_kill_stops_the_whole_tree_first() -> None:
         time.sleep(0.2)
         assert tree_cpu_time_s(root.pid) == stopped  # nothing ran on
     finally:
+        # Read the tree here too: an assertion before ``children`` was read left the child
+        # running (its busy loop ran on for an hour after a loaded run failed the first one).
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split()
         for pid in (int(p) for p in children) if "children" in locals() else ():
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         root.kill()
         root.wait()
 
