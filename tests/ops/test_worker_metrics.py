@@ -92,7 +92,7 @@ def test_worker_serves_metrics_matching_what_it_judged(
         assert "jobs waiting or running: 0" in status.output
         assert "live workers: 1 (0 jobs running)" in status.output
         assert re.search(rf"  {re.escape(name)}: 0 job\(s\) held, last heartbeat \d", status.output)
-        assert "breakers: each worker's own, on its /metrics" in status.output
+        assert "each worker's counts are on its /metrics" in status.output
         refused = runner.invoke(main, ["status", "--broker", redis_server.url, "--reset", "add"])
         assert refused.exit_code == 2
         assert "--reset and --json need --url" in refused.output

@@ -68,6 +68,11 @@ class Keys:
         return f"{self.prefix}:worker:{name}"
 
     @property
+    def breakers(self) -> str:
+        """Hash of task types whose breaker a worker opened: type -> {reason, until}."""
+        return f"{self.prefix}:breakers"
+
+    @property
     def workers_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every worker's heartbeat key."""
         return f"{self.prefix}:worker:*"

@@ -221,6 +221,32 @@ class RedisStreamsBroker:
         with self._errors("ping it"):
             await self.redis.ping()
 
+    async def open_breakers(self) -> dict[str, dict[str, Any]]:
+        """Breakers some worker opened and shares: ``{task_type: {reason, until}}``.
+
+        ``until`` is Unix seconds; an entry past it is left out (its cool-down is over:
+        each worker's own breaker lets a probe through).
+        """
+        with self._errors("read the shared breakers"):
+            raw = await self.redis.hgetall(self.keys.breakers)
+        now = time.time()
+        shared = {}
+        for task_type, text in raw.items():
+            try:
+                entry = json.loads(text)
+                until = float(entry["until"])
+            except (ValueError, TypeError, KeyError):
+                continue
+            if until > now:
+                shared[str(task_type)] = {"reason": str(entry.get("reason", "")), "until": until}
+        return shared
+
+    async def share_breaker(self, task_type: str, reason: str, until: float) -> None:
+        """Tell every worker that ``task_type``'s breaker opened, until ``until`` (Unix s)."""
+        entry = json.dumps({"reason": reason, "until": until})
+        with self._errors("share an open breaker"):
+            await self.redis.hset(self.keys.breakers, task_type, entry)
+
     async def queued(self) -> int:
         """Jobs waiting or running (the jobs stream's length)."""
         with self._errors("read the queue length"):

@@ -67,6 +67,8 @@ class WorkerSettings:
             job at once (they are heartbeated, and handed back on stop).
         block_s: Longest wait for a job in one read.
         name: Consumer name, unique per process (default :func:`default_name`).
+        breakers_refresh_s: Longest a worker goes without reading the breakers other
+            workers opened (on a broker that shares them: Redis).
 
     Raises:
         ConfigError: if a number is out of range.
@@ -79,6 +81,7 @@ class WorkerSettings:
     prefetch: int | None = None
     block_s: float = 1.0
     name: str = field(default_factory=default_name)
+    breakers_refresh_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.max_attempts < 1:
@@ -145,6 +148,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot_freed = asyncio.Event()
+        self._shared: dict[str, dict[str, object]] = {}  # breakers other workers opened
+        self._shared_at = 0.0
         # Metrics are counted here, once a result is stored, not by score_rollout.
         self._scoring = Scoring(sandbox, reward=reward, breakers=breakers)
 
@@ -284,7 +289,9 @@ class Worker:
         if delivery.attempt > self.settings.max_attempts:
             await self._give_up(delivery, job)
             return
+        await self._take_shared_breakers(job)
         scored = await self.judge(job)
+        await self._share_breaker(job)
         if (
             scored.verdict is Verdict.SANDBOX_ERROR
             and delivery.attempt < self.settings.max_attempts
@@ -295,6 +302,37 @@ class Worker:
         await self.store_and_ack(delivery, self.reward(job, scored, delivery))
         self._count(job, scored)
         self.stats.done += 1
+
+    async def _take_shared_breakers(self, job: JobMessage) -> None:
+        """Open this worker's breaker of the job's type if another worker opened theirs.
+
+        Read from the broker at most every ``breakers_refresh_s`` (Redis keeps them).
+        """
+        shared_of = getattr(self.broker, "open_breakers", None)
+        if self.breakers is None or shared_of is None:
+            return
+        now = time.monotonic()
+        if now >= self._shared_at:
+            self._shared = await shared_of()
+            self._shared_at = now + self.settings.breakers_refresh_s
+        task_type = self.breakers.type_of(job.task)
+        entry = self._shared.get(task_type)
+        if entry is not None:
+            reason = f"opened by another worker: {entry.get('reason', '')}"
+            self.breakers.force_open(task_type, reason)
+
+    async def _share_breaker(self, job: JobMessage) -> None:
+        """Tell every worker when this job's type's breaker opened here."""
+        share = getattr(self.broker, "share_breaker", None)
+        if self.breakers is None or share is None:
+            return
+        task_type = self.breakers.type_of(job.task)
+        view = self.breakers.views().get(task_type)
+        if view is None or view.retry_in_s is None or task_type in self._shared:
+            return  # closed (or half-open), or shared already
+        until = time.time() + view.retry_in_s
+        await share(task_type, view.reason, until)
+        self._shared[task_type] = {"reason": view.reason, "until": until}
 
     async def load_task(self, delivery: Delivery) -> JobMessage | None:
         """Step 2: the job and its task, or ``None`` if the message was unusable.
@@ -532,6 +570,13 @@ async def describe_broker(broker: Broker) -> str:
                 held = info.get("running", 0)
                 lines.append(f"  {name}: {held} job(s) held, last heartbeat {age_s:.1f} s ago")
         lines.append(f"dead letters (latest): {len(await broker.dead_letters())}")
+        open_breakers = getattr(broker, "open_breakers", None)
+        if open_breakers is not None:
+            shared = await open_breakers()
+            lines.append(f"breakers opened and shared with every worker: {len(shared)}")
+            for task_type, entry in sorted(shared.items()):
+                left_s = float(entry["until"]) - time.time()
+                lines.append(f"  {task_type}: OPEN for {left_s:.0f} s more: {entry['reason']}")
         return "\n".join(lines)
     finally:
         await broker.aclose()

@@ -99,8 +99,9 @@ async def _broker_status(url: str, prefix: str) -> str:
 
     report = await describe_broker(open_broker(url, BrokerSettings(), prefix=prefix))
     note = (
-        "breakers: each worker's own, on its /metrics (execgym_breaker_state; "
-        "start workers with --metrics-port)"
+        "breakers: an opened one is shared through the broker (above); each worker's "
+        "counts are on its /metrics (execgym_breaker_state; start workers with "
+        "--metrics-port)"
     )
     return f"{report}\n{note}"
 

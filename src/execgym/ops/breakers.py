@@ -363,6 +363,19 @@ class Breakers:
         breaker.reason = ""
         log.warning("breaker_closed task_type=%s: %s", task_type, why)
 
+    def force_open(self, task_type: str, reason: str) -> bool:
+        """Open ``task_type``'s breaker if it is closed (another worker opened its own).
+
+        Returns:
+            Whether it was closed and is now open (its cool-down starts now).
+        """
+        with self._lock:
+            breaker = self._get(task_type)
+            if breaker.state is not BreakerState.CLOSED:
+                return False
+            self._open(task_type, breaker, self._clock(), reason)
+            return True
+
     def reset(self, task_type: str) -> bool:
         """Close ``task_type``'s breaker and forget its failures (an operator's reset).
 
