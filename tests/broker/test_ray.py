@@ -57,9 +57,13 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
-    """A head and one worker node of 1 CPU each (the kill test adds and kills a third)."""
+    """A head and one worker node of 1 CPU each (the kill test adds and kills a third).
+
+    Shared by this module's tests and torn down after them (``ray.shutdown()`` too), so
+    no later test of the session finds this process attached to a cluster.
+    """
     require(importlib.util.find_spec("ray") is not None, "ray (pip install 'ray==2.55.0')")
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     import ray
