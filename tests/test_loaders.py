@@ -70,6 +70,21 @@ def test_bad_task_lines_are_reported_with_line_numbers(tmp_path: Path) -> None:
     assert str(problems[0]).startswith(f"{path}:3: ")
 
 
+def test_cases_written_under_tests_name_the_field_they_belong_in(tmp_path: Path) -> None:
+    # QA (2026-12-02): a stdio task with its cases under "tests" was refused with
+    # "tests: Input should be a valid string", which does not say where cases go.
+    cases = {"stdio": [{"input": "", "output": "1"}], "function_call": [{"args": [1]}]}
+    lines = [
+        json.dumps({"task_id": f"t/{kind}", "kind": kind, "prompt": "", "tests": tests})
+        for kind, tests in cases.items()
+    ]
+    _, problems = load_tasks(write_lines(tmp_path / "tasks.jsonl", lines))
+    assert len(problems) == 2
+    for problem, kind in zip(problems, cases, strict=True):
+        assert f"a {kind!r} task's cases go in test_cases" in problem.message
+        assert "not in tests" in problem.message
+
+
 def test_rollout_lines_keep_their_index(tmp_path: Path) -> None:
     path = write_lines(
         tmp_path / "r.jsonl",

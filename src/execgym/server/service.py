@@ -25,6 +25,7 @@ from execgym.tasks.loaders import (
     LineProblem,
     RolloutLine,
     canonical_rollouts,
+    describe_validation_error,
     duplicate_problems,
     load_dataset,
 )
@@ -32,13 +33,6 @@ from execgym.tasks.models import Rollout, Task
 
 READINESS_TIMEOUT_S = 20.0
 """How long ``/readyz`` waits for the sandbox self-test (it queues behind other runs)."""
-
-
-def _describe(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in item['loc']) or 'item'}: {item['msg']}"
-        for item in error.errors()
-    )
 
 
 @dataclass
@@ -181,7 +175,7 @@ class Service:
             try:
                 task = Task.model_validate(record)
             except ValidationError as error:
-                why = f"tasks[{number}]: {_describe(error)}"
+                why = f"tasks[{number}]: {describe_validation_error(error, 'item')}"
                 if isinstance(task_id, str):
                     skipped[task_id] = why
                     definitions.setdefault(task_id, []).append((number, number, None))
@@ -208,5 +202,7 @@ class Service:
             try:
                 items.append(RolloutLine(index, Rollout.model_validate(record)))
             except ValidationError as error:
-                items.append(LineProblem("rollouts", index, index, _describe(error)))
+                items.append(
+                    LineProblem("rollouts", index, index, describe_validation_error(error, "item"))
+                )
         return items

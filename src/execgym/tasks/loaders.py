@@ -59,11 +59,20 @@ class RolloutLine:
     rollout: Rollout
 
 
-def _describe(error: ValidationError) -> str:
+def describe_validation_error(error: ValidationError, whole: str = "line") -> str:
+    """``error``'s problems as ``"field: what is wrong"``, joined by ``"; "``.
+
+    A problem of the whole object (a model validator's, which has no field) is named
+    ``whole`` only when another problem names a field, and pydantic's ``"Value error, "``
+    prefix is dropped: the message our validator wrote is what the user reads.
+    """
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "line"
-        parts.append(f"{where}: {item['msg']}")
+        where = ".".join(str(p) for p in item["loc"])
+        message = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(
+            f"{where or whole}: {message}" if where or len(error.errors()) > 1 else message
+        )
     return "; ".join(parts)
 
 
@@ -260,7 +269,9 @@ def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
         try:
             task = Task.model_validate(value)
         except ValidationError as error:
-            problems.append(LineProblem(str(path), number, index, _describe(error), task_id))
+            problems.append(
+                LineProblem(str(path), number, index, describe_validation_error(error), task_id)
+            )
             if task_id is not None:
                 definitions.setdefault(task_id, []).append((number, index, None))
             continue
@@ -344,7 +355,7 @@ def load_rollouts(
             yield RolloutLine(index, Rollout.model_validate(value))
         except ValidationError as error:
             task_id = value.get("task_id") if isinstance(value.get("task_id"), str) else None
-            yield LineProblem(str(path), number, index, _describe(error), task_id)
+            yield LineProblem(str(path), number, index, describe_validation_error(error), task_id)
 
 
 def load_dataset(name: str) -> dict[str, Task]:

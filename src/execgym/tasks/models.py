@@ -389,6 +389,21 @@ class Task(BaseModel):
             if isinstance(name, str):  # LeetCodeDataset writes "Solution().method"
                 data = {**data, "fn_name": name.replace("().", ".")}
                 data.pop("entry_point", None)
+        if (
+            isinstance(data, dict)
+            and data.get("kind") in ("stdio", "function_call")
+            and isinstance(data.get("tests"), list)
+            and "test_cases" not in data
+        ):  # `tests` is the assert kind's Python code: pydantic only said "not a string"
+            shape = (
+                '{"input": ..., "output": ...}'
+                if data["kind"] == "stdio"
+                else '{"args": [...], "expected": ...}'
+            )
+            raise ValueError(
+                f"a {data['kind']!r} task's cases go in test_cases ([{shape}, ...]), "
+                "not in tests (the Python test code of an 'assert' task)"
+            )
         if isinstance(data, dict) and data.get("kind", "assert") == "assert":
             missing = [name for name in ("prompt", "tests") if name not in data]
             if missing:
