@@ -9,6 +9,7 @@ its raylet (``remove_node(allow_graceful=False)``) in the middle of a batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -238,3 +239,38 @@ async def test_the_trainer_client_scores_on_the_cluster_with_the_env_var(
     assert [s.verdict for s in scores] == ["passed", "failed"]
     assert [s.reward for s in scores] == [1.0, 0.0]
     assert len(workers) == 2  # one actor per node of the cluster
+
+
+def test_execgym_score_broker_ray_keeps_input_order_and_the_reward(
+    ray_cluster: Any, tmp_path: Any
+) -> None:
+    import json
+
+    import ray
+    from click.testing import CliRunner
+
+    from execgym.broker.ray_broker import BOARD_NAME, NAMESPACE
+    from execgym.cli import main
+
+    tasks, rollouts, out = tmp_path / "tasks.jsonl", tmp_path / "rollouts.jsonl", tmp_path / "r"
+    tasks.write_text(SQUARE.model_dump_json() + "\n")
+    lines = [{"task_id": SQUARE.task_id, "completion": c} for c in COMPLETIONS[:3]]
+    lines.insert(1, {"task_id": "Nope/1", "completion": "x"})  # invalid, scored here
+    rollouts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    try:
+        shown = CliRunner().invoke(
+            main,
+            ["score", str(tasks), str(rollouts), "--broker", "ray", "--reward", "quality",
+             "--workers", "1", "--no-warm-pool", "-o", str(out)],
+        )  # fmt: skip
+    finally:
+        with contextlib.suppress(ValueError):
+            ray.kill(ray.get_actor(BOARD_NAME, namespace=NAMESPACE))
+    assert shown.exit_code == 0, shown.output
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in results] == [0, 1, 2, 3]  # input order (the default)
+    assert [r["verdict"] for r in results] == ["passed", "invalid", "failed", "error"]
+    assert all(
+        r["reward_breakdown"]["spec"] == "quality" for r in results if r["reward"] is not None
+    )
+    assert "broker: ray" in shown.output
