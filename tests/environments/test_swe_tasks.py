@@ -47,10 +47,10 @@ def swe_environment(env_cache: EnvironmentCache, debian: Environment) -> Environ
     return resolve(ROWS[0]["environment"], env_cache)
 
 
-def predictions(path: Path) -> Path:
-    """Gold and empty predictions of every instance, in SWE-bench's prediction format."""
+def predictions(path: Path, rows: list[dict[str, Any]] = ROWS) -> Path:
+    """Gold and empty predictions of ``rows``, in SWE-bench's prediction format."""
     lines = []
-    for row in ROWS:
+    for row in rows:
         for model, patch in (("gold", row["patch"]), ("empty", "")):
             line = {"instance_id": row["instance_id"], "model_patch": patch}
             lines.append({**line, "model_name_or_path": model})
@@ -63,11 +63,16 @@ def verdicts(path: Path) -> dict[str, tuple[str, float | None]]:
     return {r["rollout_id"]: (r["verdict"], r["reward"]) for r in rows}
 
 
-EXPECTED = {
-    f"{row['instance_id']}#{model}": expected
-    for row in ROWS
-    for model, expected in (("gold", ("passed", 1.0)), ("empty", ("failed", 0.0)))
-}
+def expected(rows: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
+    """Each prediction's verdict and reward: gold resolves, the empty patch does not."""
+    return {
+        f"{row['instance_id']}#{model}": verdict
+        for row in rows
+        for model, verdict in (("gold", ("passed", 1.0)), ("empty", ("failed", 0.0)))
+    }
+
+
+ONE_PER_PROJECT = list({row["repo"]: row for row in reversed(ROWS)}.values())
 
 
 def test_the_tasks_are_real_fixes_with_their_sources() -> None:
@@ -102,11 +107,11 @@ def test_gold_and_empty_patches_in_one_batch_through_execgym_score(
     args = ["score", str(INSTANCES), str(predictions(tmp_path / "p.jsonl")), "-o", str(out)]
     result = CliRunner().invoke(main, [*args, "--workers", "4"])
     assert result.exit_code == 0, result.output
-    assert verdicts(out) == EXPECTED
+    assert verdicts(out) == expected(ROWS)
 
 
 @pytest.mark.timeout(900)  # the environment build (once) and 24 real test runs
-def test_the_same_batch_through_redis_and_a_worker_process(
+def test_one_task_per_project_through_redis_and_a_worker_process(
     swe_environment: Environment, env_cache: EnvironmentCache, tmp_path: Path
 ) -> None:
     require(shutil.which("redis-server") is not None, "redis-server (apt-get install redis-server)")
@@ -124,10 +129,12 @@ def test_the_same_batch_through_redis_and_a_worker_process(
     )
     try:
         out = tmp_path / "results.jsonl"
-        args = ["score", str(INSTANCES), str(predictions(tmp_path / "p.jsonl")), "-o", str(out)]
+        # one task per project (suite time); the judge is the one the batch above uses
+        preds = predictions(tmp_path / "p.jsonl", ONE_PER_PROJECT)
+        args = ["score", str(INSTANCES), str(preds), "-o", str(out)]
         result = CliRunner().invoke(main, [*args, "--broker", server.url])
         assert result.exit_code == 0, result.output
-        assert verdicts(out) == EXPECTED
+        assert verdicts(out) == expected(ONE_PER_PROJECT)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(60) == 0
     finally:
@@ -157,7 +164,7 @@ def test_one_episode_per_project_solved_in_its_environment(
 ) -> None:
     monkeypatch.setenv("EXECGYM_ENV_CACHE", str(env_cache.root))
     tasks = {task.task_id: task for task in load_instances(INSTANCES)}
-    firsts = {row["repo"]: row for row in reversed(ROWS)}
+    firsts = {row["repo"]: row for row in ONE_PER_PROJECT}
 
     async def play(row: dict[str, Any]) -> Any:
         task = repo_task(tasks[row["instance_id"]])
