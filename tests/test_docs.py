@@ -284,3 +284,14 @@ def test_named_source_files_exist(page: Path) -> None:
         if not any((ROOT / "src").glob(name.removeprefix("src/").rstrip(".")))
     }
     assert not missing, f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_installs_come_from_the_checkout(page: Path) -> None:
+    # execgym is installed from this repository (`pip install -e '.[server]'`); no package
+    # index serves it, so `pip install 'execgym[server]'` fails for a new user or, worse,
+    # installs whatever someone else published under that name.
+    found = re.findall(
+        r"pip install [^`\n#]*(?<![\w/.-])'?execgym(?:\[[\w,]+\])?'?(?![\w/.-])", page.read_text()
+    )
+    assert not found, f"{page.relative_to(ROOT)}: {found}: install from the checkout (-e '.[...]')"
