@@ -164,6 +164,7 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     result = CliRunner().invoke(main, ["worker", "--broker", "redis://127.0.0.1:1/0", "--check"])
     assert result.exit_code == 1
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in result.output
+    assert ".;" not in result.output  # redis-py's message ends in a full stop (QA, 2026-12-02)
     bad = CliRunner().invoke(main, ["worker", "--broker", "amqp://x"])
     assert bad.exit_code == 1
     assert "unknown broker 'amqp://x'" in bad.output

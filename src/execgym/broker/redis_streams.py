@@ -192,7 +192,8 @@ class RedisStreamsBroker:
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
             self._group_ready = False
             raise BrokerUnavailable(
-                f"cannot reach Redis at {redact(self.url)} to {doing}: {error}; check that "
+                f"cannot reach Redis at {redact(self.url)} to {doing}: "
+                f"{str(error).rstrip('.')}; check that "
                 "redis-server runs there (redis-cli -u URL ping)"
             ) from error
         except RedisError as error:
