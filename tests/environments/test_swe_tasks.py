@@ -72,6 +72,21 @@ def expected(rows: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
     }
 
 
+_PASS_ALL = [
+    "import pytest",
+    "@pytest.hookimpl(hookwrapper=True)",
+    "def pytest_runtest_makereport(item, call):",
+    "    outcome = yield",
+    "    outcome.get_result().outcome = 'passed'",
+]
+FORGED = "".join(
+    f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n"
+    f"@@ -0,0 +1,{len(_PASS_ALL)} @@\n" + "".join(f"+{line}\n" for line in _PASS_ALL)
+    for name in ("conftest.py", "toolz/tests/conftest.py")
+)
+"""A model patch that plants conftest.py files reporting every test as passed."""
+GARBAGE = "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n"
+
 ONE_PER_PROJECT = list({row["repo"]: row for row in reversed(ROWS)}.values())
 
 
@@ -104,10 +119,19 @@ def test_gold_and_empty_patches_in_one_batch_through_execgym_score(
     monkeypatch.setenv("EXECGYM_ENV_CACHE", str(env_cache.root))
     monkeypatch.chdir(DATA)  # the instances name their snapshots relative to it
     out = tmp_path / "results.jsonl"
-    args = ["score", str(INSTANCES), str(predictions(tmp_path / "p.jsonl")), "-o", str(out)]
+    preds = predictions(tmp_path / "p.jsonl")
+    toolz = next(row["instance_id"] for row in ROWS if row["repo"] == "pytoolz/toolz")
+    with preds.open("a") as more:  # a patch that forges the tests, and one that does not apply
+        for model, patch in (("forged", FORGED), ("garbage", GARBAGE)):
+            line = {"instance_id": toolz, "model_patch": patch, "model_name_or_path": model}
+            more.write(json.dumps(line) + "\n")
+    args = ["score", str(INSTANCES), str(preds), "-o", str(out)]
     result = CliRunner().invoke(main, [*args, "--workers", "4"])
     assert result.exit_code == 0, result.output
-    assert verdicts(out) == expected(ROWS)
+    forged = {f"{toolz}#forged": ("failed", 0.0), f"{toolz}#garbage": ("failed", 0.0)}
+    assert verdicts(out) == {**expected(ROWS), **forged}
+    garbage = next(line for line in out.read_text().splitlines() if "#garbage" in line)
+    assert "PatchDoesNotApply" in garbage
 
 
 @pytest.mark.timeout(900)  # the environment build (once) and 24 real test runs
