@@ -102,6 +102,18 @@ def test_every_docs_page_is_in_the_index() -> None:
     assert pages - listed == set(), f"pages missing from docs/README.md: {pages - listed}"
 
 
+def test_every_docs_page_is_in_the_readme() -> None:
+    # QA (2026-12-02): docs/ray.md and docs/environments.md were in docs/README.md only,
+    # so a reader of the README's documentation table never found them. docs/security.md
+    # points at SECURITY.md, which the table lists.
+    listed = {(ROOT / t.partition("#")[0]).resolve() for t in links(ROOT / "README.md")}
+    pages = {p.resolve() for p in (ROOT / "docs").glob("*.md")}
+    unlisted = (
+        pages - listed - {(ROOT / "docs" / n).resolve() for n in ("README.md", "security.md")}
+    )
+    assert unlisted == set(), f"pages missing from README.md's documentation table: {unlisted}"
+
+
 def test_slug_follows_github() -> None:
     # GitHub's own anchors for headings of this repository's pages, read off github.com's
     # rendering rule (punctuation dropped, spaces to hyphens).
