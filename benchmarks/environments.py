@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -63,11 +64,29 @@ def used_memory() -> int:
     return fields["MemTotal"] - fields["MemAvailable"]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc: each process's PPid)."""
+    parents: dict[int, int] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue
+        ppid = next(int(x.split()[1]) for x in text.splitlines() if x.startswith("PPid:"))
+        parents[int(status.parent.name)] = ppid
+    found, frontier = [], [pid]
+    while frontier:
+        here = frontier.pop()
+        children = [p for p, parent in parents.items() if parent == here]
+        found += children
+        frontier += children
+    return found
+
+
 def leftovers() -> tuple[int, int]:
-    """(bwrap processes, execgym scratch dirs in /tmp) right now."""
-    procs = subprocess.run(["pgrep", "-c", "-x", "bwrap"], capture_output=True, text=True)
+    """(processes below this one, execgym scratch dirs in /tmp) right now."""
     scratch = len(list(Path(tempfile.gettempdir()).glob("execgym-*")))
-    return int(procs.stdout.strip() or 0), scratch
+    return len(descendants(os.getpid())), scratch
 
 
 async def latency(tag: str | None, cache: EnvironmentCache, runs: int) -> None:
@@ -212,9 +231,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=12)
     args = parser.parse_args()
     image = build_test_image()
-    with tempfile.TemporaryDirectory(prefix="execgym-bench-env-") as scratch:
-        import os
-
+    with tempfile.TemporaryDirectory(prefix="bench-environments-") as scratch:
         os.environ["EXECGYM_ENV_CACHE"] = str(Path(scratch) / "cache")
         cache = first_use_and_disk(image, Path(scratch), args.tasks)
         tag = None
