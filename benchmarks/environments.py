@@ -219,7 +219,7 @@ async def episodes(cache: EnvironmentCache, count: int) -> None:
     print(f"   wall {wall:.1f} s, rewards {sorted(set(rewards))} ({rewards.count(1.0)} solved)")
     print(f"   peak host memory in use +{(peak - idle) / 2**20:.0f} MiB over idle")
     print(
-        f"   left behind: bwrap processes {before[0]} -> {after[0]}, scratch dirs "
+        f"   left behind: our processes {before[0]} -> {after[0]}, scratch dirs "
         f"{before[1]} -> {after[1]}"
     )
 
