@@ -267,7 +267,6 @@ def test_the_init_script_reads_the_whole_last_pid_under_the_usual_shells(shell, 
 
 
 def test_the_results_line_and_the_broker_carry_both_figures() -> None:
-    from execgym.broker.messages import _scored_from_json
     from execgym.judges.base import Judgement, Verdict
     from execgym.scoring import ScoredRollout
     from execgym.testing import fake_result
@@ -284,7 +283,7 @@ def test_the_results_line_and_the_broker_carry_both_figures() -> None:
     )
     line = scored.to_json()
     assert (line["processes_started"], line["bytes_written"]) == (4, 12)
-    back = _scored_from_json(line, "ok").judgement.run
+    back = ScoredRollout.from_json(line, "ok").judgement.run
     assert (back.processes_started, back.bytes_written) == (4, 12)
 
 
