@@ -1,11 +1,20 @@
 """The example Kubernetes manifests in deploy/kubernetes/: schema-valid, and consistent
-with the code (stream and group names, Redis address, drain within the grace period)."""
+with the code (stream and group names, Redis address, drain within the grace period).
+
+Core kinds are checked by kubernetes_validate (its bundled Kubernetes schemas); the KubeRay
+RayCluster, which it has no schema for, against KubeRay's own CRD schema, vendored in
+tests/data/kuberay/ (SOURCE.md names the upstream file and commit).
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -14,6 +23,7 @@ from execgym.broker.keys import GROUP, Keys
 
 DEPLOY = Path(__file__).parent.parent / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30"
+RAYCLUSTER_SCHEMA = Path(__file__).parent / "data" / "kuberay" / "raycluster-v1.schema.json"
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
@@ -28,7 +38,9 @@ def by_kind(kind: str) -> dict[str, Any]:
     return doc
 
 
-CORE = [(name, doc) for name, doc in documents() if not doc["apiVersion"].startswith("keda.sh")]
+CUSTOM_GROUPS = ("keda.sh/", "ray.io/")  # CRDs: kubernetes_validate has no schema for them
+CORE = [(name, doc) for name, doc in documents() if not doc["apiVersion"].startswith(CUSTOM_GROUPS)]
+RAY = [(name, doc) for name, doc in documents() if doc["apiVersion"].startswith("ray.io/")]
 
 
 @pytest.mark.parametrize(("name", "doc"), CORE, ids=[f"{n}:{d['kind']}" for n, d in CORE])
@@ -41,6 +53,109 @@ def test_the_validator_catches_a_misspelt_field() -> None:
     broken["spec"]["template"]["spec"]["containers"][0]["resource"] = {}  # not "resources"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def _strict(schema: Any) -> Any:
+    """``schema`` (an OpenAPI v3 schema of a CRD version) as the API server applies it
+    with strict field validation (``kubectl apply``'s default since Kubernetes 1.27): an
+    object schema with ``properties`` and no ``additionalProperties`` rejects any other
+    field unless it carries ``x-kubernetes-preserve-unknown-fields`` (plain JSON Schema
+    would accept it, where the API server errors with ``unknown field``)."""
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    strict = {key: _strict(value) for key, value in schema.items()}
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        strict["additionalProperties"] = False
+    return strict
+
+
+def _list_type(
+    validator: Any, list_type: str, instance: Any, schema: dict[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    """``x-kubernetes-list-type`` as the API server checks it: a ``set`` holds no value
+    twice, a ``map`` no two items with the same ``x-kubernetes-list-map-keys``."""
+    if not validator.is_type(instance, "array"):
+        return
+    keys = schema.get("x-kubernetes-list-map-keys", [])
+    seen: list[Any] = []
+    for item in instance:
+        key = item if list_type == "set" else [item.get(k) for k in keys]
+        if list_type in ("set", "map") and key in seen:
+            yield jsonschema.ValidationError(f"duplicate entry {key!r} in a list-type={list_type}")
+        seen.append(key)
+
+
+@cache
+def raycluster_validator() -> Any:
+    """A JSON Schema validator of ``ray.io/v1`` RayCluster: KubeRay's CRD schema, strict."""
+    schema = _strict(json.loads(RAYCLUSTER_SCHEMA.read_text()))
+    base = jsonschema.Draft4Validator  # OpenAPI 3.0's schema objects are draft 4/5 JSON Schema
+    kind = jsonschema.validators.extend(base, {"x-kubernetes-list-type": _list_type})
+    return kind(schema)
+
+
+def validate_raycluster(doc: dict[str, Any]) -> None:
+    """Raise ``jsonschema.ValidationError`` or ``kubernetes_validate.ValidationError``
+    when ``doc`` is not a RayCluster the API server with KubeRay's CRD would accept: its
+    body against the CRD schema, its ``metadata`` (``type: object`` in a CRD, checked by
+    the server as ObjectMeta) through kubernetes_validate's ObjectMeta."""
+    assert (doc["apiVersion"], doc["kind"]) == ("ray.io/v1", "RayCluster")
+    raycluster_validator().validate(doc)
+    holder = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc["metadata"]}
+    kubernetes_validate.validate(holder, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(("name", "doc"), RAY, ids=[f"{n}:{d['kind']}" for n, d in RAY])
+def test_raycluster_is_valid_against_kuberays_crd_schema(name: str, doc: dict[str, Any]) -> None:
+    validate_raycluster(doc)
+
+
+def test_the_raycluster_validator_catches_misspelt_fields() -> None:
+    """In KubeRay's own fields, in the pod template the CRD embeds, in metadata, a
+    duplicate in a list-type=map, and a wrong type each fail."""
+    ((_, good),) = RAY
+    validate_raycluster(good)
+
+    def broken(change: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(json.dumps(good))
+        change(doc)
+        return doc
+
+    def worker(doc: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = doc["spec"]["workerGroupSpecs"][0]
+        return found
+
+    def head_container(doc: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = doc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        return found
+
+    group = ["spec", "workerGroupSpecs", 0]
+    head = ["spec", "headGroupSpec", "template", "spec", "containers", 0]
+    env = [*group, "template", "spec", "containers", 0, "env"]
+    cases = [  # (change, where the error is, what it says)
+        (lambda d: worker(d).update(maxReplica=8), group, "'maxReplica' was unexpected"),
+        (lambda d: head_container(d).update(resource={}), head, "'resource' was unexpected"),
+        (lambda d: worker(d).update(replicas="two"), [*group, "replicas"], "not of type"),
+        (
+            lambda d: worker(d)["template"]["spec"]["containers"][0]["env"].append(
+                {"name": "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "value": "1"}
+            ),
+            env,
+            "duplicate entry ['RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO']",
+        ),
+    ]
+    for change, path, message in cases:
+        with pytest.raises(jsonschema.ValidationError) as caught:
+            raycluster_validator().validate(broken(change))
+        assert (list(caught.value.absolute_path), message in caught.value.message) == (path, True)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_raycluster(broken(lambda d: d["metadata"].update(labelz={})))
 
 
 def _arg(args: list[str], flag: str) -> str:
