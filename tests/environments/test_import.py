@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_upper_layers_whiteouts_and_opaque_directories(debian_top: Environment) 
     root = debian_top.rootfs
     assert root is not None
     assert not (root / "etc/issue").exists()  # .wh.issue in layer 2 hides the base's file
-    assert (root / "etc/os-release").exists()  # its siblings stay
+    assert os.path.lexists(debian_top.host_path("/etc/os-release"))  # its siblings stay
     assert sorted(p.name for p in (root / "opt/data").iterdir()) == ["c"]  # opaque in layer 3
     assert not (root / "opt/gone").exists()  # added by layer 2, whited out by layer 3
     assert (root / "opt/replaced").read_text() == "layer 3\n"
@@ -51,11 +52,57 @@ def test_shared_layers_are_stored_once(
     assert env_cache.stats()["layers_unpacked"] == 3  # base once, plus the two small ones
     assert debian.rootfs is not None
     assert debian_top.rootfs is not None
-    python = Path(debian.config.python or "").relative_to("/")
-    assert (debian.rootfs / python).stat().st_ino == (debian_top.rootfs / python).stat().st_ino
+    python = debian.config.python or ""
+    assert debian_top.host_path(python).stat().st_ino == debian.host_path(python).stat().st_ino
     use = env_cache.disk_use()
     # the second root costs its directories, not another copy of the files
     assert use.environments_bytes < 0.2 * use.layers_bytes
+
+
+def test_an_upper_image_shares_the_unchanged_directories_of_its_base(
+    env_cache: EnvironmentCache, debian: Environment, debian_top: Environment
+) -> None:
+    assert debian.rootfs is not None
+    assert debian_top.rootfs is not None
+    shared = dict(debian_top.shared)
+    # its layers change /etc and /opt only: /usr and /var are the base's own directories
+    assert shared["/usr"] == str(debian.rootfs / "usr")
+    assert shared["/var"] == str(debian.rootfs / "var")
+    assert "/etc" not in shared
+    assert "/opt" not in shared
+    assert not any((debian_top.rootfs / "usr").iterdir())  # an empty mount point
+    # directories inside /etc it does not change are shared too
+    assert shared["/etc/apt"] == str(debian.rootfs / "etc/apt")
+    assert (debian_top.rootfs / "etc/os-release").is_symlink()  # /etc itself is its own
+    # the second root costs a few directories, not its own copy of the base's 1,300
+    own_dirs = sum(len(dirs) for _r, dirs, _f in os.walk(debian_top.rootfs))
+    base_dirs = sum(len(dirs) for _r, dirs, _f in os.walk(debian.rootfs))
+    assert base_dirs > 1000
+    assert own_dirs < 100
+
+
+def test_a_removed_base_stays_while_an_environment_shares_from_it(
+    test_image: Path, tmp_path: Path
+) -> None:
+    cache = EnvironmentCache(tmp_path / "cache")
+    base = cache.import_image(f"{test_image / 'layout'}:base", name="b")
+    top = cache.import_image(f"{test_image / 'layout'}:top", name="t")
+    assert base.rootfs is not None
+    assert top.rootfs is not None
+    cache.remove("b")
+    assert [e.digest for e in cache.list()] == [top.digest]
+    assert (base.rootfs / "usr/bin").is_dir()  # hidden, kept: top binds it
+    assert top.host_path("/usr/bin/python3").exists()
+    again = cache.import_image(f"{test_image / 'layout'}:base", name="b")  # back, unchanged
+    assert again.digest == base.digest
+    assert again.shared == ()
+    cache.remove("b")
+    cache.remove("t")  # the last one sharing from it: both go
+    assert cache.list() == []
+    assert not base.rootfs.exists()
+    assert not top.rootfs.exists()
+    cache.gc()
+    assert not any((cache.root / "layers").iterdir())
 
 
 def test_docker_archive_reuses_the_layers(

@@ -30,8 +30,8 @@ out = {"version": sys.version.split()[0], "executable": sys.executable,
        "os": open("/etc/os-release").read().split("\\n")[0],
        "issue": os.path.exists("/etc/issue"), "data": sorted(os.listdir("/opt/data")),
        "replaced": open("/opt/replaced").read(), "uid": os.getuid(),
-       "work": open("in.txt").read()}
-for path in ("/usr/bin/x", "/etc/x", "/x"):
+       "work": open("in.txt").read(), "apt": os.path.isfile("/etc/apt/sources.list")}
+for path in ("/usr/bin/x", "/etc/x", "/x", "/etc/apt/x"):
     try:
         open(path, "w")
         out[path] = "written"
@@ -69,10 +69,14 @@ async def test_programs_see_the_image_and_nothing_else(box, debian_top: Environm
     assert seen["os"] == 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"'
     assert (seen["issue"], seen["data"], seen["replaced"]) == (False, ["c"], "layer 3\n")
     assert seen["work"] == "staged"
+    # /usr and /etc/apt are the base image's directories, bound over empty mount points
+    assert {"/usr", "/etc/apt"} <= dict(debian_top.shared).keys()
+    assert seen["apt"]
     assert seen["uid"] != 0
     # the shared root is read-only whatever the permission bits say (EROFS, or EACCES
     # where the run's uid cannot write there first)
-    assert all(seen[path] in (13, 30) for path in ("/usr/bin/x", "/etc/x", "/x")), seen
+    written = ("/usr/bin/x", "/etc/x", "/x", "/etc/apt/x")
+    assert all(seen[path] in (13, 30) for path in written), seen
     assert result.report == b"verdict"
 
 

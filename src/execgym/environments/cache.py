@@ -6,7 +6,10 @@ Layout under the cache directory (``$EXECGYM_ENV_CACHE``, else
     layers/<hex>/tree/...            one unpacked layer, by its diff_id (shared)
     layers/<hex>/whiteouts.json      its whiteouts and opaque markers
     envs/<hex>/environment.json      layers, config, names, source, created/built times
-    envs/<hex>/rootfs/...            the assembled root (hard links into layers/)
+    envs/<hex>/rootfs/...            the assembled root (hard links into layers/; a
+                                     directory unchanged from the environment it was
+                                     built on is an empty one, bound from that one's
+                                     root at run time: :mod:`.sharing`)
     names.json                       {name: digest}
     stats.json                       counters: layers unpacked, environments assembled
                                      and built (tests and benchmarks read them)
@@ -14,7 +17,9 @@ Layout under the cache directory (``$EXECGYM_ENV_CACHE``, else
 Everything is written under a temporary name and renamed into place, under an
 exclusive lock on ``.lock`` (``flock``), so two processes importing the same image
 unpack it once and a reader never sees half an environment. A root file system is
-never changed after it is assembled: every sandbox binds it read-only.
+never changed after it is assembled: every sandbox binds it read-only. A removed
+environment whose root another one shares from is kept (hidden: ``"removed": true`` in
+its record) until no environment shares from it any more.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from execgym.environments.model import (
 )
 from execgym.environments.mounts import resolve_inside
 from execgym.environments.oci import ImageSource, read_image
+from execgym.environments.sharing import share_unchanged
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _PYTHONS = ("usr/local/bin/python3", "usr/bin/python3")
@@ -100,7 +106,8 @@ class DiskUse:
     Attributes:
         layers_bytes: The layer store.
         environments_bytes: What the assembled roots add (their own directories and
-            symlinks; their files are the layer store's).
+            symlinks; their files are the layer store's, and the directories they share
+            with their base are the base's).
         total_bytes: Both.
     """
 
@@ -241,7 +248,56 @@ class EnvironmentCache:
             rootfs=path / "rootfs",
             names=tuple(names),
             source=record.get("source", ""),
+            shared=tuple(
+                (inside, str(self.root / host)) for inside, host in record.get("shared", [])
+            ),
         )
+
+    def _records(self, *, hidden: bool = False) -> dict[str, dict[str, Any]]:
+        """Every stored record by digest: live ones, and with ``hidden`` removed ones too."""
+        envs = self.root / "envs"
+        found = {}
+        for path in sorted(envs.iterdir()) if envs.is_dir() else []:
+            if (path / "environment.json").is_file():
+                record = json.loads((path / "environment.json").read_text())
+                if hidden or not record.get("removed"):
+                    found["sha256:" + path.name] = record
+        return found
+
+    def _base_for(self, layers: tuple[str, ...]) -> Environment | None:
+        """The live environment made of the longest prefix of ``layers``, if any."""
+        best: tuple[int, str] | None = None
+        for digest, record in self._records().items():
+            mine = tuple(record["layers"])
+            if mine and layers[: len(mine)] == mine and (best is None or len(mine) > best[0]):
+                best = (len(mine), digest)
+        return self._load(best[1]) if best is not None else None
+
+    def _drop(self, digest: str) -> None:
+        """Delete an environment's directory, or hide it while others share from it.
+
+        Then delete every hidden environment nobody shares from any more.
+        """
+        target = self._env_dir(digest)
+        record = json.loads((target / "environment.json").read_text())
+        record["removed"] = True
+        (target / "environment.json").write_text(json.dumps(record, indent=1))
+        while True:
+            records = self._records(hidden=True)
+            used = {
+                host.split("/")[1]
+                for r in records.values()
+                for _inside, host in r.get("shared", [])
+            }
+            unused = [
+                d
+                for d, r in records.items()
+                if r.get("removed") and d.removeprefix("sha256:") not in used
+            ]
+            if not unused:
+                return
+            for gone in unused:
+                _remove_tree(self._env_dir(gone))
 
     def record(self, environment: Environment) -> dict[str, Any]:
         """The stored record of an environment.
@@ -289,16 +345,21 @@ class EnvironmentCache:
                 config = EnvironmentConfig(python=find_python(rootfs), env=dict(env or {}))
                 digest = environment_digest(layer_ids, config)
                 target = self._env_dir(digest)
-                if not (target / "environment.json").is_file():
+                record = {
+                    "layers": list(layer_ids),
+                    "config": config.to_json(),
+                    "source": source,
+                    "created_at": time.time(),
+                    **(extra or {}),
+                }
+                if (target / "environment.json").is_file():  # hidden by remove(): back
+                    kept = json.loads((target / "environment.json").read_text())
+                    record["shared"] = kept.get("shared", [])
+                    (target / "environment.json").write_text(json.dumps(record, indent=1))
+                else:
                     if target.exists():
                         _remove_tree(target)
-                    record = {
-                        "layers": list(layer_ids),
-                        "config": config.to_json(),
-                        "source": source,
-                        "created_at": time.time(),
-                        **(extra or {}),
-                    }
+                    record["shared"] = self._share(rootfs, layers)
                     (scratch / "environment.json").write_text(json.dumps(record, indent=1))
                     os.rename(scratch, target)
                     self._count("environments_assembled")
@@ -308,6 +369,18 @@ class EnvironmentCache:
                 self._name(name, digest)
         return self._load(digest)
 
+    def _share(self, rootfs: Path, layers: Sequence[UnpackedLayer]) -> list[list[str]]:
+        """Share ``rootfs``'s unchanged directories with its base (:mod:`.sharing`).
+
+        Returns the record's ``shared``: ``[path inside, host path under the cache]``.
+        """
+        base = self._base_for(tuple(layer.digest for layer in layers))
+        if base is None:
+            return []
+        upper = layers[len(base.layers) :]
+        shared = share_unchanged(rootfs, base, upper)
+        return [[inside, os.path.relpath(host, self.root)] for inside, host in shared]
+
     def _name(self, name: str, digest: str) -> None:
         names = self._read_json("names.json")
         names[name] = digest
@@ -315,8 +388,7 @@ class EnvironmentCache:
 
     def _same(self, layers: tuple[str, ...], env: dict[str, str]) -> str | None:
         """An environment already assembled from ``layers`` with ``env``, if any."""
-        for digest in self._digests():
-            record = json.loads((self._env_dir(digest) / "environment.json").read_text())
+        for digest, record in self._records().items():
             if tuple(record["layers"]) == layers and record["config"].get("env") == env:
                 return digest
         return None
@@ -366,12 +438,7 @@ class EnvironmentCache:
         )
 
     def _digests(self) -> list[str]:
-        envs = self.root / "envs"
-        if not envs.is_dir():
-            return []
-        return sorted(
-            "sha256:" + p.name for p in envs.iterdir() if (p / "environment.json").is_file()
-        )
+        return sorted(self._records())
 
     def list(self) -> list[Environment]:
         """Every environment in the cache, by digest."""
@@ -379,6 +446,9 @@ class EnvironmentCache:
 
     def remove(self, reference: str) -> Environment:
         """Forget the environment ``reference`` names (its layers stay until :meth:`gc`).
+
+        Its root stays on disk, hidden, while another environment shares directories
+        from it, and goes with the last of those.
 
         Raises:
             EnvironmentNotFound: No such environment.
@@ -391,7 +461,7 @@ class EnvironmentCache:
                 n: d for n, d in self._read_json("names.json").items() if d != environment.digest
             }
             self._write_json("names.json", names)
-            _remove_tree(self._env_dir(environment.digest))
+            self._drop(environment.digest)
         return environment
 
     def gc(self, *, keep_unnamed: bool = True) -> builtins.list[str]:
@@ -408,7 +478,7 @@ class EnvironmentCache:
             named = set(names.values())
             for digest in self._digests():
                 if not keep_unnamed and digest not in named:
-                    _remove_tree(self._env_dir(digest))
+                    self._drop(digest)
                     removed.append(digest)
             used = {layer for d in self._digests() for layer in self._load(d).layers}
             for path in sorted((self.root / "layers").iterdir()):

@@ -82,6 +82,11 @@ class Environment:
             read-only by every sandbox using it); ``None`` for the host.
         names: Names it is known by in the local cache (``debian-py``...).
         source: Where it came from, for humans (``oci:/path:tag``, ``spec:<digest>``...).
+        shared: Directories of the root that are another environment's, unchanged:
+            ``(path inside, host directory)`` pairs, parents before children (``rootfs``
+            holds an empty directory there; every tier binds the host directory over
+            it read-only). So N environments on one base cost the base once plus their
+            own layers (:mod:`execgym.environments.sharing`).
     """
 
     digest: str
@@ -90,6 +95,27 @@ class Environment:
     rootfs: Path | None = None
     names: tuple[str, ...] = ()
     source: str = ""
+    shared: tuple[tuple[str, str], ...] = ()
+
+    def host_path(self, path: str) -> Path:
+        """Where the entry ``path`` of the root (``/usr/bin/python3``) is on this machine.
+
+        Through :attr:`shared` directories; symlinks are not followed (see
+        :func:`~execgym.environments.mounts.resolve_inside`). The path may not exist.
+
+        Raises:
+            ValueError: The host environment (it has no root of its own).
+        """
+        if self.rootfs is None:
+            raise ValueError("the host environment has no root file system of its own")
+        relative = "/".join(part for part in path.split("/") if part not in ("", "."))
+        for inside, host in reversed(self.shared):  # children after parents: deepest first
+            prefix = inside.strip("/")
+            if relative == prefix:
+                return Path(host)
+            if relative.startswith(prefix + "/"):
+                return Path(host) / relative[len(prefix) + 1 :]
+        return self.rootfs / relative if relative else self.rootfs
 
     @property
     def is_host(self) -> bool:

@@ -4,7 +4,10 @@ Every tier builds the run's root the same way: a fresh, empty root (bwrap's tmpf
 gVisor bundle's directory), on which each top-level directory of the environment's
 assembled root is bound read-only and each top-level symlink (``/bin -> usr/bin``) is
 made again; the tier then mounts its own ``/proc``, ``/dev``, ``/tmp``, ``/work`` and
-``/run`` pieces as it does on the host. So the shared root is never written, never needs
+``/run`` pieces as it does on the host. Directories the environment shares with its
+base (:attr:`Environment.shared <execgym.environments.model.Environment.shared>`) are
+bound read-only over their empty mount points next, parents first, from the base's
+root. So the shared root is never written, never needs
 mount points of its own, and a run's only writable places are its tmpfs mounts
 (``Limits.disk_bytes`` each) — the private writable layer of the run.
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,15 +46,18 @@ class RootEntry:
 
 
 def root_entries(environment: Environment) -> list[RootEntry]:
-    """The top-level directories and symlinks of ``environment``'s root, by name.
+    """What a tier mounts to lay ``environment``'s root out, in order.
 
-    Files at the top level are left out (images have none that programs need).
+    The top-level directories (bound read-only) and symlinks (made again) by name, then
+    the directories shared with its base (bound over their empty mount points), parents
+    first. Files at the top level are left out (images have none that programs need).
 
     Raises:
         ValueError: for the host environment (it has no root of its own).
     """
     if environment.rootfs is None:
         raise ValueError("the host environment has no root file system of its own")
+    tops = {inside: host for inside, host in environment.shared if inside.count("/") == 1}
     entries = []
     for entry in sorted(os.scandir(environment.rootfs), key=lambda e: e.name):
         if entry.name in SKIPPED:
@@ -59,7 +65,10 @@ def root_entries(environment: Environment) -> list[RootEntry]:
         if entry.is_symlink():
             entries.append(RootEntry(f"/{entry.name}", target=os.readlink(entry.path)))
         elif entry.is_dir():
-            entries.append(RootEntry(f"/{entry.name}", host=entry.path))
+            entries.append(RootEntry(f"/{entry.name}", host=tops.get(f"/{entry.name}", entry.path)))
+    for inside, host in environment.shared:
+        if inside not in tops and inside.split("/")[1] not in SKIPPED:
+            entries.append(RootEntry(inside, host=host))
     return entries
 
 
@@ -117,11 +126,21 @@ def run_env(environment: Environment | None, base: dict[str, str]) -> dict[str, 
     return {**base, "PATH": environment.config.env["PATH"]}
 
 
-def resolve_inside(rootfs: Path, path: str) -> str | None:
+def resolve_inside(rootfs: Path | Environment, path: str) -> str | None:
     """``path`` with every symlink resolved as it would be with ``rootfs`` as ``/``.
 
-    Absolute targets stay inside ``rootfs``. ``None`` past 40 links or if missing.
+    ``rootfs`` is a root's directory, or an environment (its root with the directories
+    it shares, :meth:`Environment.host_path`). Absolute targets stay inside the root.
+    ``None`` past 40 links or if missing.
     """
+    if isinstance(rootfs, Environment):
+        environment = rootfs
+        return _resolve(lambda parts: environment.host_path("/".join(parts)), path)
+    directory = rootfs
+    return _resolve(lambda parts: directory.joinpath(*parts), path)
+
+
+def _resolve(host_of: Callable[[list[str]], Path], path: str) -> str | None:
     parts = [p for p in path.split("/") if p]
     done: list[str] = []
     hops = 0
@@ -133,7 +152,7 @@ def resolve_inside(rootfs: Path, path: str) -> str | None:
             if done:
                 done.pop()
             continue
-        host = rootfs.joinpath(*done, part)
+        host = host_of([*done, part])
         if host.is_symlink():
             hops += 1
             if hops > 40:
@@ -162,8 +181,8 @@ def environment_shell(environment: Environment) -> bytes:
         raise ValueError(
             f"environment {environment.short} is the host's: it has no /bin/sh of its own"
         )
-    path = resolve_inside(environment.rootfs, "/bin/sh")
-    host = environment.rootfs / path.lstrip("/") if path else None
+    path = resolve_inside(environment, "/bin/sh")
+    host = environment.host_path(path) if path else None
     if host is None or not host.is_file():
         raise ValueError(f"environment {environment.short} has no /bin/sh for the sandbox's init")
     return host.read_bytes()

@@ -248,8 +248,9 @@ def _key(info: os.stat_result) -> tuple[int, ...]:
     )
 
 
-def _diff_layer(base: Path, built: Path, out: Path) -> None:
-    """Write the layer tar that turns ``base`` into ``built`` (module docstring)."""
+def _diff_layer(environment: Environment, built: Path, out: Path) -> None:
+    """Write the layer tar that turns ``environment``'s root into ``built`` (module docstring)."""
+    base = environment.host_path
     as_root = os.geteuid() == 0
     me = os.geteuid()
 
@@ -267,7 +268,7 @@ def _diff_layer(base: Path, built: Path, out: Path) -> None:
                 dirs[:] = [d for d in dirs if d not in SKIPPED]
                 files = [f for f in files if f not in SKIPPED]
             dirs.sort()
-            lower = base / below
+            lower = base(below)
             if lower.is_dir() and not lower.is_symlink():
                 present = set(dirs) | set(files)
                 for gone in sorted(os.listdir(lower)):
@@ -280,12 +281,12 @@ def _diff_layer(base: Path, built: Path, out: Path) -> None:
                 relative = os.path.normpath(os.path.join(below, name))
                 mine = os.lstat(path)
                 try:
-                    theirs = os.lstat(base / relative)
+                    theirs = os.lstat(base(relative))
                 except FileNotFoundError:
                     theirs = None
                 same = theirs is not None and _key(mine) == _key(theirs)
                 if same and stat.S_ISLNK(mine.st_mode):
-                    same = os.readlink(path) == os.readlink(base / relative)
+                    same = os.readlink(path) == os.readlink(base(relative))
                 if same and stat.S_ISDIR(mine.st_mode):
                     continue  # walked into: its changed children are written
                 if same:
@@ -375,6 +376,11 @@ def _build(
         root = scratch / "root"
         copy = shutil.which("cp") or "/bin/cp"
         subprocess.run([copy, "-a", "--reflink=auto", str(base.rootfs), str(root)], check=True)
+        for inside, host in base.shared:  # the directories it shares with its own base
+            (root / inside.lstrip("/")).rmdir()
+            subprocess.run(
+                [copy, "-a", "--reflink=auto", host, str(root / inside.lstrip("/"))], check=True
+            )
         resolv = root / "etc" / "resolv.conf"
         made_resolv = not resolv.exists() and not resolv.is_symlink() and (root / "etc").is_dir()
         if made_resolv:
@@ -390,7 +396,7 @@ def _build(
             raise BuildFailed(f"the build of {digest} failed ({done.returncode}):\n{output}")
         if made_resolv:
             resolv.unlink()
-        _diff_layer(base.rootfs, root, scratch / "layer.tar")
+        _diff_layer(base, root, scratch / "layer.tar")
         layer = cache.add_layer(lambda: (scratch / "layer.tar").open("rb"), None)
         record: dict[str, Any] = {
             "spec": spec.model_dump(mode="json"),

@@ -192,8 +192,8 @@ def _make_root(
         for entry in root_entries(environment):
             if entry.host is None:
                 (rootfs / entry.name.lstrip("/")).symlink_to(str(entry.target))
-            else:
-                (rootfs / entry.name.lstrip("/")).mkdir()
+            else:  # a shared directory's mount point is in the directory bound above it
+                (rootfs / entry.name.lstrip("/")).mkdir(parents=True, exist_ok=True)
                 mounts.append(_bind(entry.host, entry.name))
         for host, inside in read_only:
             (rootfs / inside.lstrip("/")).mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,7 @@ def _environment_setpriv(environment: Environment) -> str:
             f"environment {environment.short} is the host's: no setpriv of its own"
         )
     for candidate in ("/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"):
-        if resolve_inside(environment.rootfs, candidate) is not None:
+        if resolve_inside(environment, candidate) is not None:
             return candidate
     raise SandboxUnavailable(
         f"environment {environment.short} has no setpriv, which the gVisor tier needs to "
