@@ -135,7 +135,7 @@ def test_gold_and_empty_patches_in_one_batch_through_execgym_score(
 
 
 @pytest.mark.timeout(900)  # the environment build (once) and 24 real test runs
-def test_one_task_per_project_through_redis_and_a_worker_process(
+def test_every_task_through_redis_and_a_worker_process(
     swe_environment: Environment, env_cache: EnvironmentCache, tmp_path: Path
 ) -> None:
     require(shutil.which("redis-server") is not None, "redis-server (apt-get install redis-server)")
@@ -153,12 +153,12 @@ def test_one_task_per_project_through_redis_and_a_worker_process(
     )
     try:
         out = tmp_path / "results.jsonl"
-        # one task per project (suite time); the judge is the one the batch above uses
-        preds = predictions(tmp_path / "p.jsonl", ONE_PER_PROJECT)
+        # every task, gold and empty in one batch, in the environment the batch above built
+        preds = predictions(tmp_path / "p.jsonl")
         args = ["score", str(INSTANCES), str(preds), "-o", str(out)]
         result = CliRunner().invoke(main, [*args, "--broker", server.url])
         assert result.exit_code == 0, result.output
-        assert verdicts(out) == expected(ONE_PER_PROJECT)
+        assert verdicts(out) == expected(ROWS)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(60) == 0
     finally:
