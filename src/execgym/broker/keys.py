@@ -13,6 +13,13 @@ name                           type    holds
 ``<prefix>:batch:<batch_id>``  set     ids of the batch's jobs queued so far (its caller's
                                        check that none was lost), kept ``result_ttl_s``
 ``<prefix>:worker:<name>``     string  a worker's heartbeat (JSON), expires when it dies
+``<prefix>:episode:<id>``      hash    an agent episode's record: owner, state, steps,
+                                       reward, why it ended (:mod:`.episode_records`)
+``<prefix>:episode-host:<n>``  string  an episode worker's heartbeat (JSON), expires
+                                       when it dies
+``<prefix>:episode-hosts``     set     names of the episode workers (stale ones pruned)
+``<prefix>:episode-in:<n>``    list    requests to the episode worker ``n``
+``<prefix>:episode-out:<id>``  list    the answer to the request ``id``
 =============================  ======  ================================================
 
 The consumer group on the jobs stream is :data:`GROUP`. The submit script in
@@ -76,3 +83,24 @@ class Keys:
     def workers_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every worker's heartbeat key."""
         return f"{self.prefix}:worker:*"
+
+    def episode(self, episode_id: str) -> str:
+        """The hash recording the agent episode ``episode_id`` (owner, state, reward)."""
+        return f"{self.prefix}:episode:{episode_id}"
+
+    def episode_host(self, name: str) -> str:
+        """The heartbeat key of the episode worker ``name`` (gone: the worker is gone)."""
+        return f"{self.prefix}:episode-host:{name}"
+
+    @property
+    def episode_hosts(self) -> str:
+        """The set of the episode workers' names."""
+        return f"{self.prefix}:episode-hosts"
+
+    def episode_requests(self, name: str) -> str:
+        """The list of requests (open, step, close) to the episode worker ``name``."""
+        return f"{self.prefix}:episode-in:{name}"
+
+    def episode_reply(self, request_id: str) -> str:
+        """The list the answer to the episode request ``request_id`` is pushed on."""
+        return f"{self.prefix}:episode-out:{request_id}"

@@ -21,6 +21,7 @@ COMMANDS = {
     "checkpoints": ("execgym.cli.storage", "checkpoints"),
     "data": ("execgym.cli.storage", "data"),
     "env": ("execgym.cli.env", "env"),
+    "episode-worker": ("execgym.cli.episode_worker", "episode_worker"),
     "episodes": ("execgym.cli.episodes", "episodes"),
     "score": ("execgym.cli.score", "score"),
     "serve": ("execgym.cli.serve", "serve"),

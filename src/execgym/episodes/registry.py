@@ -23,7 +23,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from execgym.episodes.protocol import EnvFactory, EpisodeEnv
 from execgym.errors import CapacityExceeded, EpisodeNotFound, EpisodeOver
@@ -49,6 +49,10 @@ class EpisodeView:
         truncated: Stopped by a budget (steps or time).
         idle_s: Seconds since the last call.
         age_s: Seconds since it was opened.
+        worker: The worker holding its session, when episodes are routed to workers
+            (:mod:`execgym.broker.episode_router`); ``None`` in one process.
+        reason: Why it ended when not by the agent or its budgets (its worker died: the
+            reward is ``None``, masked); ``None`` otherwise.
     """
 
     episode_id: str
@@ -60,6 +64,8 @@ class EpisodeView:
     truncated: bool
     idle_s: float
     age_s: float
+    worker: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +77,48 @@ class StepOutcome:
     terminated: bool
     truncated: bool
     info: dict[str, Any]
+
+
+class Episodes(Protocol):
+    """What the service's routes and status need of live episodes, wherever they run.
+
+    :class:`EpisodeRegistry` keeps them in this process;
+    :class:`execgym.broker.episode_router.RoutedEpisodes` forwards each call to the
+    worker holding the episode's session (any replica of the service can), with the
+    same errors. The counters are what this process saw (``/v1/status``, ``/metrics``).
+    """
+
+    opened: int
+    steps_taken: int
+    finished: Counter[str]
+    reclaimed: int
+    final_reward_sum: float
+    final_rewards: int
+
+    @property
+    def live(self) -> int:
+        """Episodes holding a sandbox."""
+        ...
+
+    async def open(self, task: Any, *, episode_id: str | None = None) -> tuple[str, dict[str, Any]]:
+        """Open an episode; see :meth:`EpisodeRegistry.open`."""
+        ...
+
+    async def step(self, episode_id: str, action: Mapping[str, Any]) -> StepOutcome:
+        """Run one action; see :meth:`EpisodeRegistry.step`."""
+        ...
+
+    async def get_view(self, episode_id: str) -> EpisodeView:
+        """The episode's state; see :meth:`EpisodeRegistry.get`."""
+        ...
+
+    async def close(self, episode_id: str) -> EpisodeView:
+        """Close and forget the episode; see :meth:`EpisodeRegistry.close`."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what this process holds (shutdown)."""
+        ...
 
 
 @dataclass
@@ -269,6 +317,10 @@ class EpisodeRegistry:
             now - episode.opened_at,
         )
 
+    async def get_view(self, episode_id: str) -> EpisodeView:
+        """:meth:`get`, awaitable as :class:`Episodes` asks (a routed registry reads Redis)."""
+        return self.get(episode_id)
+
     async def close(self, episode_id: str) -> EpisodeView:
         """Close the episode (its sandbox is reclaimed) and forget it.
 
@@ -322,6 +374,10 @@ class EpisodeRegistry:
 
     def __len__(self) -> int:
         return len(self._episodes)
+
+    def ids(self) -> list[str]:
+        """The ids of every episode held (running, or finished and not yet forgotten)."""
+        return list(self._episodes)
 
     async def aclose(self) -> None:
         """Close every episode and stop the reaper (server shutdown)."""

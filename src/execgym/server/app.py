@@ -25,7 +25,7 @@ from execgym.episodes.protocol import (
     local_env_factory,
     tool_schemas,
 )
-from execgym.episodes.registry import EpisodeRegistry
+from execgym.episodes.registry import EpisodeRegistry, Episodes
 from execgym.errors import ConfigError, Error, TaskError
 from execgym.ops.breakers import from_spec
 from execgym.ops.metrics import MeteredSandbox
@@ -216,7 +216,7 @@ def create_app(
     return app
 
 
-def count_episodes(metrics: Metrics, registry: EpisodeRegistry) -> None:
+def count_episodes(metrics: Metrics, registry: Episodes) -> None:
     """Export ``registry``'s episodes at each scrape (names: :mod:`execgym.ops.metrics`)."""
     metrics.watch_episodes(registry)
 
@@ -224,9 +224,17 @@ def count_episodes(metrics: Metrics, registry: EpisodeRegistry) -> None:
 def default_episodes(settings: ServerSettings) -> EpisodeBackend:
     """Episodes of :mod:`execgym.episodes` in this process, bounded by ``settings``.
 
-    The episode package is imported on the first episode, not here, so the rest of the
-    service runs without it.
+    With ``settings.episode_broker``, episodes are held by episode workers through
+    Redis instead (:class:`~execgym.broker.episode_router.RoutedEpisodes`) and this
+    process keeps none. The episode package is imported on the first episode, not
+    here, so the rest of the service runs without it.
     """
+    catalog = ShippedTasks(*([settings.episode_tasks] if settings.episode_tasks else []))
+    if settings.episode_broker is not None:
+        from execgym.broker.episode_router import RoutedEpisodes
+
+        routed = RoutedEpisodes(settings.episode_broker, prefix=settings.episode_prefix)
+        return EpisodeBackend(routed, catalog, tool_schemas)
 
     def build(task: object) -> EpisodeEnv:
         return local_env_factory()(task)
@@ -234,7 +242,6 @@ def default_episodes(settings: ServerSettings) -> EpisodeBackend:
     registry = EpisodeRegistry(
         build, max_episodes=settings.max_episodes, idle_timeout_s=settings.episode_idle_timeout_s
     )
-    catalog = ShippedTasks(*([settings.episode_tasks] if settings.episode_tasks else []))
     return EpisodeBackend(registry, catalog, tool_schemas)
 
 

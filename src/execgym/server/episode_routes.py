@@ -24,7 +24,7 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from execgym.episodes.protocol import TaskCatalog
-from execgym.episodes.registry import EpisodeRegistry, EpisodeView, StepOutcome
+from execgym.episodes.registry import Episodes, EpisodeView, StepOutcome
 from execgym.errors import EpisodeNotFound, EpisodeOver, TaskError
 from execgym.server.routes import ERRORS, require_token
 from execgym.server.schemas import ErrorResponse
@@ -41,7 +41,7 @@ class EpisodeBackend:
             called on each open, so the episode package is only needed when used.
     """
 
-    registry: EpisodeRegistry
+    registry: Episodes
     catalog: TaskCatalog
     tools: Callable[[], list[dict[str, Any]]]
 
@@ -170,7 +170,7 @@ async def step_episode(
 async def get_episode(episode_id: str, request: Request) -> EpisodeView:
     """An episode's state: steps, last (or final) reward, whether it has ended."""
     try:
-        return backend_of(request).registry.get(episode_id)
+        return await backend_of(request).registry.get_view(episode_id)
     except EpisodeNotFound as error:
         raise not_found(error) from error
 

@@ -110,7 +110,7 @@ async def step(body: StepRequest, request: Request) -> EnvResponse:
 async def state(episode_id: str, request: Request) -> dict[str, Any]:
     """OpenEnv's ``State`` of an episode: ``{episode_id, step_count}`` and its outcome."""
     try:
-        view = backend_of(request).registry.get(episode_id)
+        view = await backend_of(request).registry.get_view(episode_id)
     except EpisodeNotFound as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from error
     return {

@@ -196,7 +196,7 @@ class _Session:
             }
         if self.episode_id is None:
             return {"type": "state", "data": {"episode_id": None, "step_count": 0}}
-        view = registry.get(self.episode_id)
+        view = await registry.get_view(self.episode_id)
         return {
             "type": "state",
             "data": {

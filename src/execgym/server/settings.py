@@ -54,6 +54,13 @@ class ServerSettings:
             closed and forgotten (finished ones too).
         episode_tasks: A ``RepoTask`` file or directory whose tasks episodes may be
             opened on by id, besides the shipped examples.
+        episode_broker: ``redis://HOST:PORT/DB``: keep no episode in this process but
+            open each on an episode worker (``execgym episode-worker``) through this
+            Redis, so several replicas of the service share the episodes and one that
+            dies loses none (:mod:`execgym.broker.episode_router`). ``None``: episodes
+            live in this process (``max_episodes``, ``episode_idle_timeout_s``).
+        episode_prefix: The Redis key prefix of ``episode_broker`` (the workers'
+            ``--prefix``).
         pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
             ``EXECGYM_SERVER_POD_NAME`` from the pod's ``metadata.name``).
         run_code_network: The network of ``/run_code`` programs whose request does not
@@ -89,6 +96,8 @@ class ServerSettings:
     max_episodes: int = 64
     episode_idle_timeout_s: float = 300.0
     episode_tasks: str | None = None
+    episode_broker: str | None = None
+    episode_prefix: str = "execgym"
     run_code_network: str = "none"
 
     def __post_init__(self) -> None:
@@ -105,6 +114,13 @@ class ServerSettings:
                 f"run_code_network must be 'none' or 'loopback', got {self.run_code_network!r}"
             )
         from_spec(self.breakers)  # raises ConfigError for a bad spec
+        if self.episode_broker is not None and not self.episode_broker.startswith(
+            ("redis://", "rediss://", "unix://")
+        ):
+            raise ConfigError(
+                f"episode_broker {self.episode_broker!r} is not a Redis URL: give "
+                "redis://HOST:PORT/DB (the Redis of the episode workers), or leave it unset"
+            )
         if self.default_memory_bytes > self.max_memory_bytes:
             raise ConfigError("default_memory_bytes must not exceed max_memory_bytes")
 
