@@ -92,10 +92,11 @@ def test_worker_serves_metrics_matching_what_it_judged(
         assert "jobs waiting or running: 0" in status.output
         assert "live workers: 1 (0 jobs running)" in status.output
         assert re.search(rf"  {re.escape(name)}: 0 job\(s\) held, last heartbeat \d", status.output)
-        assert "each worker's counts are on its /metrics" in status.output
-        refused = runner.invoke(main, ["status", "--broker", redis_server.url, "--reset", "add"])
-        assert refused.exit_code == 2
-        assert "--reset and --json need --url" in refused.output
+        assert "(shared by every worker of the queue)" in status.output  # one view
+        assert "  add: CLOSED, 0 failure(s) in 3 job(s) in the window" in status.output
+        reset = runner.invoke(main, ["status", "--broker", redis_server.url, "--reset", "add"])
+        assert reset.exit_code == 0, reset.output
+        assert "breaker add: reset, now closed for every worker" in reset.output
     finally:
         node.send_signal(signal.SIGTERM)
         _, stderr = node.communicate(timeout=30)

@@ -20,6 +20,12 @@ name                           type    holds
 ``<prefix>:episode-hosts``     set     names of the episode workers (stale ones pruned)
 ``<prefix>:episode-in:<n>``    list    requests to the episode worker ``n``
 ``<prefix>:episode-out:<id>``  list    the answer to the request ``id``
+``<prefix>:breaker:<type>``    hash    a task type's circuit breaker, shared by every
+                                       worker (state, opened_at, retry_at, probe_at,
+                                       quarantined, reason, window_s)
+``<prefix>:breaker-jobs:<t>``  zset    its jobs finished in the window (score: time)
+``<prefix>:breaker-fail:<t>``  zset    its infrastructure failures in the window
+``<prefix>:breaker-types``     set     every task type that has a breaker
 =============================  ======  ================================================
 
 The consumer group on the jobs stream is :data:`GROUP`. The submit script in
@@ -74,10 +80,22 @@ class Keys:
         """The heartbeat key of the worker ``name``."""
         return f"{self.prefix}:worker:{name}"
 
+    def breaker(self, task_type: str) -> str:
+        """The hash holding ``task_type``'s shared circuit breaker."""
+        return f"{self.prefix}:breaker:{task_type}"
+
+    def breaker_jobs(self, task_type: str) -> str:
+        """The sorted set of ``task_type``'s jobs finished in the window."""
+        return f"{self.prefix}:breaker-jobs:{task_type}"
+
+    def breaker_failures(self, task_type: str) -> str:
+        """The sorted set of ``task_type``'s infrastructure failures in the window."""
+        return f"{self.prefix}:breaker-fail:{task_type}"
+
     @property
-    def breakers(self) -> str:
-        """Hash of task types whose breaker a worker opened: type -> {reason, until}."""
-        return f"{self.prefix}:breakers"
+    def breaker_types(self) -> str:
+        """The set of task types that have a shared breaker."""
+        return f"{self.prefix}:breaker-types"
 
     @property
     def workers_pattern(self) -> str:

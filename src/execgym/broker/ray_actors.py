@@ -17,7 +17,6 @@ classes by reference (every node imports ``execgym`` from its own installation).
 
 from __future__ import annotations
 
-import copy
 import os
 import socket
 from dataclasses import dataclass
@@ -27,9 +26,8 @@ from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.ops.breakers import BreakerPolicy, Breakers, Ticket, dataset_of, type_key
 from execgym.ops.logs import log_context
 from execgym.reward import RewardSpec
-from execgym.scoring.core import Scoring, score_rollout, score_unusable
+from execgym.scoring.core import Scoring, score_rollout, score_shared, score_unusable
 from execgym.tasks.loaders import RolloutLine
-from execgym.tasks.models import Task
 
 
 def _same(task_type: Any) -> str:
@@ -71,27 +69,18 @@ class BreakerBoard:
         return self.breakers.reset(task_type)
 
 
-@dataclass
-class _Decided:
-    """The breakers as one job sees them: the board's decision, fetched before it ran.
+@dataclass(frozen=True)
+class _RayBoard:
+    """A :class:`BreakerBoard` actor's handle as :class:`~execgym.ops.breakers.SharedBreakers`."""
 
-    :func:`~execgym.scoring.core.score_rollout` calls ``admit``/``record`` without
-    awaiting; the worker asks the board first and tells it the outcome after.
-    """
+    handle: Any
 
-    type_of: Any
-    ticket: Ticket | None
-    message: str
-    failed: bool | None = None
+    async def admit(self, task_type: str) -> tuple[Ticket | None, str]:
+        answer: tuple[Ticket | None, str] = await self.handle.admit.remote(task_type)
+        return answer
 
-    def admit(self, task: Task) -> Ticket | None:
-        return self.ticket
-
-    def quarantine_message(self, task_type: str) -> str:
-        return self.message
-
-    def record(self, ticket: Ticket, *, infrastructure_failure: bool) -> None:
-        self.failed = infrastructure_failure
+    async def record(self, ticket: Ticket, infrastructure_failure: bool) -> None:
+        await self.handle.record.remote(ticket, infrastructure_failure)
 
 
 @dataclass(frozen=True)
@@ -181,16 +170,15 @@ class SandboxActor:
                     scoring, job.task, job.rollout, index=job.index, limits=job.limits
                 )
             else:
-                task_type = self.type_of(job.task)
-                ticket, message = await self.board.admit.remote(task_type)
-                decided = _Decided(self.type_of, ticket, message)
-                one = copy.copy(scoring)  # the same judges and sandbox, this job's breakers
-                one.breakers = decided  # type: ignore[assignment]
-                scored = await score_rollout(
-                    one, job.task, job.rollout, index=job.index, limits=job.limits
+                scored = await score_shared(
+                    scoring,
+                    _RayBoard(self.board),
+                    self.type_of,
+                    job.task,
+                    job.rollout,
+                    index=job.index,
+                    limits=job.limits,
                 )
-                if ticket is not None and decided.failed is not None:
-                    await self.board.record.remote(ticket, decided.failed)
         return ResultMessage.of(job, scored, worker=self.name, attempt=attempt).to_json()
 
     async def close(self) -> None:

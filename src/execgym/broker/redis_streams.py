@@ -38,7 +38,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -54,7 +54,9 @@ from redis.typing import EncodableT, FieldT, StreamIdT
 from execgym.broker.base import Audit, BrokerSettings, DeadLetter, Delivery, queue_full
 from execgym.broker.keys import GROUP, Keys
 from execgym.broker.messages import JobMessage, ResultMessage
+from execgym.broker.redis_breakers import RedisBreakers
 from execgym.errors import BrokerError, BrokerUnavailable, MessageError
+from execgym.ops.breakers import BreakerPolicy
 
 log = logging.getLogger(__name__)
 
@@ -222,31 +224,16 @@ class RedisStreamsBroker:
         with self._errors("ping it"):
             await self.redis.ping()
 
-    async def open_breakers(self) -> dict[str, dict[str, Any]]:
-        """Breakers some worker opened and shares: ``{task_type: {reason, until}}``.
+    def breaker_board(
+        self, policy: BreakerPolicy | None = None, *, clock: Callable[[], float] | None = None
+    ) -> RedisBreakers:
+        """The circuit breakers every worker of this queue shares, held in Redis.
 
-        ``until`` is Unix seconds; an entry past it is left out (its cool-down is over:
-        each worker's own breaker lets a probe through).
+        Args:
+            policy: This worker's thresholds (every worker should give the same).
+            clock: Unix seconds, for tests (default: Redis's own clock).
         """
-        with self._errors("read the shared breakers"):
-            raw = await self.redis.hgetall(self.keys.breakers)
-        now = time.time()
-        shared = {}
-        for task_type, text in raw.items():
-            try:
-                entry = json.loads(text)
-                until = float(entry["until"])
-            except (ValueError, TypeError, KeyError):
-                continue
-            if until > now:
-                shared[str(task_type)] = {"reason": str(entry.get("reason", "")), "until": until}
-        return shared
-
-    async def share_breaker(self, task_type: str, reason: str, until: float) -> None:
-        """Tell every worker that ``task_type``'s breaker opened, until ``until`` (Unix s)."""
-        entry = json.dumps({"reason": reason, "until": until})
-        with self._errors("share an open breaker"):
-            await self.redis.hset(self.keys.breakers, task_type, entry)
+        return RedisBreakers(self.redis, self.keys, policy, errors=self._errors, clock=clock)
 
     async def queued(self) -> int:
         """Jobs waiting or running (the jobs stream's length)."""

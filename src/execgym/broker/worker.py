@@ -28,17 +28,18 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from execgym.broker.base import Broker, Delivery
 from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.errors import BrokerError, ConfigError
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
-from execgym.ops.breakers import Breakers, dataset_of
+from execgym.ops.breakers import Breakers, BreakerView, SharedBreakers, dataset_of
 from execgym.ops.logs import log_context
 from execgym.ops.metrics import MeteredSandbox, Metrics
 from execgym.reward import RewardSpec
 from execgym.sandbox.base import Sandbox
-from execgym.scoring.core import Scoring, score_rollout, score_unusable
+from execgym.scoring.core import Scoring, score_rollout, score_shared, score_unusable
 from execgym.scoring.results import ScoredRollout
 from execgym.scoring.selftest import self_test
 from execgym.tasks.loaders import RolloutLine
@@ -67,8 +68,6 @@ class WorkerSettings:
             job at once (they are heartbeated, and handed back on stop).
         block_s: Longest wait for a job in one read.
         name: Consumer name, unique per process (default :func:`default_name`).
-        breakers_refresh_s: Longest a worker goes without reading the breakers other
-            workers opened (on a broker that shares them: Redis).
 
     Raises:
         ConfigError: if a number is out of range.
@@ -81,7 +80,6 @@ class WorkerSettings:
     prefetch: int | None = None
     block_s: float = 1.0
     name: str = field(default_factory=default_name)
-    breakers_refresh_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.max_attempts < 1:
@@ -113,6 +111,9 @@ class Worker:
         breakers: Circuit breakers per task type: a job of a quarantined type gets the
             ``quarantined`` verdict at once; sandbox errors and dead-lettered jobs
             (which crashed or killed their worker) count as infrastructure failures.
+            On a broker that shares breakers (Redis: ``breaker_board``), their policy
+            and key apply to the breakers every worker shares there (one count, one
+            state); otherwise they are this worker's own.
         metrics: Where to record jobs, sandbox runs, queue depth and heartbeats (the
             sandbox is then wrapped in a :class:`~execgym.ops.metrics.MeteredSandbox`).
         reward: How this worker turns judgements into rewards (every result then has
@@ -135,9 +136,16 @@ class Worker:
         self.broker = broker
         self.breakers = breakers
         self.metrics = metrics
+        board_of = getattr(broker, "breaker_board", None)
+        self.board: SharedBoard | None = None
+        if breakers is not None and board_of is not None:
+            self.board = board_of(breakers.policy)
+        self._seen = _SeenViews()  # the shared breakers at the last heartbeat (metrics)
         if metrics is not None:
             sandbox = MeteredSandbox(sandbox, metrics)
-            if breakers is not None:
+            if self.board is not None:
+                metrics.watch(self._seen)
+            elif breakers is not None:
                 metrics.watch(breakers)
         self.sandbox = sandbox
         self.settings = settings or WorkerSettings()
@@ -148,8 +156,6 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._shared: dict[str, dict[str, object]] = {}  # breakers other workers opened
-        self._shared_at = 0.0
         # Metrics are counted here, once a result is stored, not by score_rollout.
         self._scoring = Scoring(sandbox, reward=reward, breakers=breakers)
 
@@ -289,9 +295,7 @@ class Worker:
         if delivery.attempt > self.settings.max_attempts:
             await self._give_up(delivery, job)
             return
-        await self._take_shared_breakers(job)
         scored = await self.judge(job)
-        await self._share_breaker(job)
         if (
             scored.verdict is Verdict.SANDBOX_ERROR
             and delivery.attempt < self.settings.max_attempts
@@ -302,37 +306,6 @@ class Worker:
         await self.store_and_ack(delivery, self.reward(job, scored, delivery))
         self._count(job, scored)
         self.stats.done += 1
-
-    async def _take_shared_breakers(self, job: JobMessage) -> None:
-        """Open this worker's breaker of the job's type if another worker opened theirs.
-
-        Read from the broker at most every ``breakers_refresh_s`` (Redis keeps them).
-        """
-        shared_of = getattr(self.broker, "open_breakers", None)
-        if self.breakers is None or shared_of is None:
-            return
-        now = time.monotonic()
-        if now >= self._shared_at:
-            self._shared = await shared_of()
-            self._shared_at = now + self.settings.breakers_refresh_s
-        task_type = self.breakers.type_of(job.task)
-        entry = self._shared.get(task_type)
-        if entry is not None:
-            reason = f"opened by another worker: {entry.get('reason', '')}"
-            self.breakers.force_open(task_type, reason)
-
-    async def _share_breaker(self, job: JobMessage) -> None:
-        """Tell every worker when this job's type's breaker opened here."""
-        share = getattr(self.broker, "share_breaker", None)
-        if self.breakers is None or share is None:
-            return
-        task_type = self.breakers.type_of(job.task)
-        view = self.breakers.views().get(task_type)
-        if view is None or view.retry_in_s is None or task_type in self._shared:
-            return  # closed (or half-open), or shared already
-        until = time.time() + view.retry_in_s
-        await share(task_type, view.reason, until)
-        self._shared[task_type] = {"reason": view.reason, "until": until}
 
     async def load_task(self, delivery: Delivery) -> JobMessage | None:
         """Step 2: the job and its task, or ``None`` if the message was unusable.
@@ -359,6 +332,16 @@ class Worker:
         if job.rollout.task_id != job.task.task_id:
             item = RolloutLine(job.index, job.rollout)
             return score_unusable(item, isolation=self.sandbox.name)
+        if self.board is not None and self.breakers is not None:
+            return await score_shared(
+                self._scoring,
+                self.board,
+                self.breakers.type_of,
+                job.task,
+                job.rollout,
+                index=job.index,
+                limits=job.limits,
+            )
         return await score_rollout(
             self._scoring, job.task, job.rollout, index=job.index, limits=job.limits
         )
@@ -395,7 +378,9 @@ class Worker:
             "timeout); the reward is masked, and the job is kept in the dead-letter stream"
         )
         log.error("dead_letter job_id=%s attempts=%d", job.job_id, tries)
-        if self.breakers is not None:
+        if self.board is not None and self.breakers is not None:
+            await self.board.record_failure(self.breakers.type_of(job.task))
+        elif self.breakers is not None:
             self.breakers.record_failure(job.task)
         scored = ScoredRollout(
             index=job.index,
@@ -436,6 +421,8 @@ class Worker:
             return
         self.metrics.worker_heartbeat.labels(self.name).set(time.time())
         self.metrics.queue_depth.set(await self.broker.queued())
+        if self.board is not None:
+            self._seen.seen = await self.board.views()
         live_workers = getattr(self.broker, "live_workers", None)
         if live_workers is not None:
             for name, info in (await live_workers()).items():
@@ -470,6 +457,28 @@ class Worker:
                 self.stats.handed_back += 1
             except BrokerError as error:  # it stays pending: reclaimed after the timeout
                 log.warning("could not hand back %s: %s", delivery.entry_id, error)
+
+
+class SharedBoard(SharedBreakers, Protocol):
+    """Breakers a broker shares between its workers (Redis's ``breaker_board``)."""
+
+    async def record_failure(self, task_type: str) -> None:
+        """An infrastructure failure outside a scored job (a dead-lettered job)."""
+        ...
+
+    async def views(self) -> dict[str, BreakerView]:
+        """Every task type's breaker, as one view."""
+        ...
+
+
+@dataclass
+class _SeenViews:
+    """The shared breakers as this worker last read them (its ``/metrics`` gauge)."""
+
+    seen: dict[str, BreakerView] = field(default_factory=dict)
+
+    def views(self) -> dict[str, BreakerView]:
+        return self.seen
 
 
 def _masked(index: int, verdict: Verdict, message: str) -> dict[str, object]:
@@ -570,13 +579,6 @@ async def describe_broker(broker: Broker) -> str:
                 held = info.get("running", 0)
                 lines.append(f"  {name}: {held} job(s) held, last heartbeat {age_s:.1f} s ago")
         lines.append(f"dead letters (latest): {len(await broker.dead_letters())}")
-        open_breakers = getattr(broker, "open_breakers", None)
-        if open_breakers is not None:
-            shared = await open_breakers()
-            lines.append(f"breakers opened and shared with every worker: {len(shared)}")
-            for task_type, entry in sorted(shared.items()):
-                left_s = float(entry["until"]) - time.time()
-                lines.append(f"  {task_type}: OPEN for {left_s:.0f} s more: {entry['reason']}")
         return "\n".join(lines)
     finally:
         await broker.aclose()

@@ -91,19 +91,37 @@ def render_breakers(breakers: list[dict[str, Any]], enabled: bool = True) -> lis
     return lines
 
 
-async def _broker_status(url: str, prefix: str) -> str:
+async def _broker_status(url: str, prefix: str, reset_type: str | None, as_json: bool) -> str:
+    """The queue, its workers, and the breakers every worker shares (one view)."""
     # Imported here: the broker loads the scoring stack, which `execgym --help` (it
     # lists every command) and `execgym status --url` have no use for.
     from execgym.broker import BrokerSettings, open_broker
     from execgym.broker.worker import describe_broker
 
-    report = await describe_broker(open_broker(url, BrokerSettings(), prefix=prefix))
-    note = (
-        "breakers: an opened one is shared through the broker (above); each worker's "
-        "counts are on its /metrics (execgym_breaker_state; start workers with "
-        "--metrics-port)"
-    )
-    return f"{report}\n{note}"
+    broker = open_broker(url, BrokerSettings(), prefix=prefix)
+    board_of = getattr(broker, "breaker_board", None)
+    lines: list[str] = []
+    views: list[dict[str, Any]] | None = None
+    try:
+        if board_of is not None:
+            board = board_of()
+            if reset_type is not None:
+                done = await board.reset(reset_type)
+                state = "reset, now closed for every worker" if done else "no such breaker"
+                lines.append(f"breaker {reset_type}: {state}")
+            views = [view.to_json() for view in (await board.views()).values()]
+    except BaseException:
+        await broker.aclose()
+        raise
+    if as_json:
+        await broker.aclose()
+        return json.dumps({"breakers": views}, indent=2)
+    report = await describe_broker(broker)  # closes the broker
+    if views is None:
+        return f"{report}\nbreakers: this broker does not share them"
+    shared = render_breakers(views)
+    shared[0] += " (shared by every worker of the queue)"
+    return "\n".join([report, *lines, *shared])
 
 
 def _ray_status(url: str, reset_type: str | None) -> str:
@@ -128,13 +146,14 @@ def _ray_status(url: str, reset_type: str | None) -> str:
     "--broker",
     "broker_url",
     default=None,
-    help="A broker: redis://HOST:PORT/DB, or 'ray' / ray://HOST:PORT (the cluster's "
-    "breakers, shared by its sandbox actors; --reset works there).",
+    help="A broker: redis://HOST:PORT/DB (its workers' shared breakers), or 'ray' / "
+    "ray://HOST:PORT (the cluster's breakers, shared by its sandbox actors); --reset "
+    "closes a breaker for every worker.",
 )
 @prefix_option
 @token_option("The service's bearer token [env: EXECGYM_SERVER_TOKEN].")
 @click.option("--reset", "reset_type", default=None, metavar="TYPE", help="Close TYPE's breaker.")
-@json_flag("Print the service's JSON as is.")
+@json_flag("Print the service's JSON as is (with --broker redis://: the breakers).")
 def status(
     url: str | None,
     broker_url: str | None,
@@ -150,6 +169,7 @@ def status(
       execgym status --url http://localhost:8080
       execgym status --url http://localhost:8080 --reset HumanEval
       execgym status --broker redis://localhost:6379/0
+      execgym status --broker redis://localhost:6379/0 --reset HumanEval
       execgym status --broker ray --reset HumanEval
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     if bool(url) == bool(broker_url):
@@ -161,13 +181,8 @@ def status(
             raise click.ClickException(str(error)) from error
         return
     if broker_url:
-        if reset_type or as_json:
-            raise click.UsageError(
-                "--reset and --json need --url: workers keep their breakers in their own "
-                "process (restart a worker to reset its breakers)"
-            )
         try:
-            click.echo(asyncio.run(_broker_status(broker_url, prefix)))
+            click.echo(asyncio.run(_broker_status(broker_url, prefix, reset_type, as_json)))
         except Error as error:
             raise click.ClickException(str(error)) from error
         return

@@ -50,7 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from execgym.errors import ConfigError
 
@@ -250,6 +250,82 @@ class _Breaker:
         return ""
 
 
+class BreakerGate(Protocol):
+    """What :func:`execgym.scoring.core.score_rollout` asks of breakers, per rollout.
+
+    :class:`Breakers` (this process's) and :class:`Decided` (a shared board's decision,
+    fetched before the rollout runs) are gates.
+    """
+
+    @property
+    def type_of(self) -> TaskTypeKey:
+        """The task-type key."""
+        ...
+
+    def admit(self, task: Task) -> Ticket | None:
+        """A ticket to run a job of ``task``, or ``None``: quarantine it."""
+        ...
+
+    def quarantine_message(self, task_type: str) -> str:
+        """Why a job of ``task_type`` was quarantined."""
+        ...
+
+    def record(self, ticket: Ticket, *, infrastructure_failure: bool) -> None:
+        """The outcome of a job admitted with ``ticket``."""
+        ...
+
+
+class SharedBreakers(Protocol):
+    """Breakers held outside the worker, shared by every worker (Redis, a Ray actor).
+
+    Implemented by :class:`execgym.broker.redis_breakers.RedisBreakers`; a Ray board
+    is adapted to it by :mod:`execgym.broker.ray_actors`.
+    """
+
+    async def admit(self, task_type: str) -> tuple[Ticket | None, str]:
+        """``(ticket, "")`` when a job of ``task_type`` may run, else ``(None, why)``."""
+        ...
+
+    async def record(self, ticket: Ticket, infrastructure_failure: bool) -> None:
+        """The outcome of a job admitted with ``ticket``."""
+        ...
+
+
+@dataclass(slots=True)
+class Decided:
+    """Shared breakers as one job sees them: the board's decision, fetched before it ran.
+
+    The board (in Redis, or a Ray actor) holds the breakers of many workers.
+    ``score_rollout`` calls a gate without awaiting, so the worker asks the board first
+    (:attr:`ticket` or, when quarantined, :attr:`message`), scores the rollout with this
+    gate, then tells the board :attr:`failed` (``None``: nothing was recorded).
+
+    Attributes:
+        type_of: The task-type key.
+        ticket: The board's ticket, or ``None`` (quarantined).
+        message: Why it was quarantined (``""`` with a ticket).
+        failed: What the scorer recorded: whether the job was an infrastructure
+            failure (by :func:`is_infrastructure_failure`, the one masking rule).
+    """
+
+    type_of: TaskTypeKey
+    ticket: Ticket | None
+    message: str = ""
+    failed: bool | None = None
+
+    def admit(self, task: Task) -> Ticket | None:
+        """The board's ticket."""
+        return self.ticket
+
+    def quarantine_message(self, task_type: str) -> str:
+        """The board's reason."""
+        return self.message
+
+    def record(self, ticket: Ticket, *, infrastructure_failure: bool) -> None:
+        """Keep the outcome for the worker to tell the board."""
+        self.failed = infrastructure_failure
+
+
 class Breakers:
     """The circuit breakers of every task type, safe to share between tasks and threads.
 
@@ -363,19 +439,6 @@ class Breakers:
         breaker.reason = ""
         log.warning("breaker_closed task_type=%s: %s", task_type, why)
 
-    def force_open(self, task_type: str, reason: str) -> bool:
-        """Open ``task_type``'s breaker if it is closed (another worker opened its own).
-
-        Returns:
-            Whether it was closed and is now open (its cool-down starts now).
-        """
-        with self._lock:
-            breaker = self._get(task_type)
-            if breaker.state is not BreakerState.CLOSED:
-                return False
-            self._open(task_type, breaker, self._clock(), reason)
-            return True
-
     def reset(self, task_type: str) -> bool:
         """Close ``task_type``'s breaker and forget its failures (an operator's reset).
 
@@ -420,17 +483,33 @@ class Breakers:
     def quarantine_message(self, task_type: str) -> str:
         """Why a job of ``task_type`` was quarantined, and what to do about it."""
         view = self.views().get(task_type)
-        reason = f" ({view.reason})" if view is not None and view.reason else ""
-        retry = (
-            f"; a probe job is let through in {view.retry_in_s:.0f} s"
-            if view is not None and view.retry_in_s
-            else "; a probe job is running"
-        )
-        return (
-            f"task type {task_type!r} is quarantined: its circuit breaker is open after "
-            f"repeated infrastructure failures{reason}{retry}; not run (reward masked). Fix "
-            f"the cause, then reset it with `execgym status --reset {task_type}`"
-        )
+        if view is None:
+            return quarantine_message(task_type, "", None)
+        return quarantine_message(task_type, view.reason, view.retry_in_s)
+
+
+def quarantine_message(task_type: str, reason: str, retry_in_s: float | None) -> str:
+    """Why a job of ``task_type`` was quarantined, and what to do about it.
+
+    One wording for every holder of breakers (this process's, Redis's, a Ray board's).
+
+    Args:
+        task_type: The quarantined type.
+        reason: Why its breaker opened (``""``: not known).
+        retry_in_s: Seconds until a probe job is let through (``None`` or 0: one is
+            running now).
+    """
+    why = f" ({reason})" if reason else ""
+    retry = (
+        f"; a probe job is let through in {retry_in_s:.0f} s"
+        if retry_in_s
+        else "; a probe job is running"
+    )
+    return (
+        f"task type {task_type!r} is quarantined: its circuit breaker is open after "
+        f"repeated infrastructure failures{why}{retry}; not run (reward masked). Fix "
+        f"the cause, then reset it with `execgym status --reset {task_type}`"
+    )
 
 
 DEFAULT_SPEC = "failures=5,window_s=60,cooldown_s=30,key=dataset"

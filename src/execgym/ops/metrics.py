@@ -64,8 +64,8 @@ What they count:
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
@@ -76,18 +76,26 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from execgym.ops.breakers import Breakers
+from execgym.ops.breakers import BreakerView
 from execgym.sandbox.base import RunResult, Sandbox, SandboxWrapper
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _BYTES = tuple(float(2**n) for n in range(20, 34, 1))  # 1 MiB .. 8 GiB
 
 
+class HasBreakerViews(Protocol):
+    """Anything that shows breakers (:class:`~execgym.ops.breakers.Breakers`...)."""
+
+    def views(self) -> Mapping[str, BreakerView]:
+        """Every breaker by task type."""
+        ...
+
+
 class _BreakerCollector(Collector):
     """``execgym_breaker_state`` per task type, read from the breakers when scraped."""
 
     def __init__(self) -> None:
-        self.breakers: list[Breakers] = []
+        self.breakers: list[HasBreakerViews] = []
 
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(
@@ -262,7 +270,7 @@ class Metrics:
         """Export the counters of ``registry`` (the service's episodes) when scraped."""
         self._episodes.source = registry
 
-    def watch(self, breakers: Breakers) -> None:
+    def watch(self, breakers: HasBreakerViews) -> None:
         """Export ``breakers``' states as ``execgym_breaker_state``."""
         if breakers not in self._breakers.breakers:
             self._breakers.breakers.append(breakers)

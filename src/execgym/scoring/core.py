@@ -25,7 +25,15 @@ from execgym.judges.base import Judgement, JudgeSet, Verdict
 from execgym.judges.compile import Builder
 from execgym.judges.effective import effective_limits
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.ops.breakers import Breakers, dataset_of, is_infrastructure_failure
+from execgym.ops.breakers import (
+    BreakerGate,
+    Breakers,
+    Decided,
+    SharedBreakers,
+    TaskTypeKey,
+    dataset_of,
+    is_infrastructure_failure,
+)
 from execgym.ops.metrics import Metrics
 from execgym.reward import RewardSpec, binary_reward, evaluate
 from execgym.reward.coverage import CoverageJudge
@@ -171,6 +179,7 @@ async def score_rollout(
     *,
     index: int = 0,
     limits: Limits | None = None,
+    breakers: BreakerGate | None = None,
 ) -> ScoredRollout:
     """Score one rollout of ``task``: the whole path, hooks included.
 
@@ -186,14 +195,17 @@ async def score_rollout(
         index: The rollout's position in its input, for the result.
         limits: The run's limits before the task's overrides (default:
             ``scoring.limits``).
+        breakers: The breakers of this one rollout instead of ``scoring.breakers``: a
+            worker whose breakers are shared (:class:`execgym.ops.breakers.Decided`,
+            the shared board's decision fetched before the rollout runs).
 
     Returns:
         The result; never raises for anything a rollout, a task or the sandbox does (an
         unusable task is ``invalid``, our failures ``sandbox_error``, both masked).
     """
     rollout_id = rollout.rollout_id or f"{rollout.task_id}#{index}"
-    task_type = scoring.task_type(task)
-    breakers = scoring.breakers
+    breakers = breakers if breakers is not None else scoring.breakers
+    task_type = breakers.type_of(task) if breakers is not None else scoring.task_type(task)
     if breakers is None:
         result = await _judged(scoring, index, task, rollout, rollout_id, limits)
         return finished(scoring.metrics, result, task_type)
@@ -210,6 +222,46 @@ async def score_rollout(
     failed = result.judgement is not None and is_infrastructure_failure(result.judgement)
     breakers.record(ticket, infrastructure_failure=failed)
     return finished(scoring.metrics, result, task_type)
+
+
+async def score_shared(
+    scoring: Scoring,
+    board: SharedBreakers,
+    type_of: TaskTypeKey,
+    task: Task,
+    rollout: Rollout,
+    *,
+    index: int = 0,
+    limits: Limits | None = None,
+) -> ScoredRollout:
+    """:func:`score_rollout` under breakers every worker shares, not ``scoring.breakers``.
+
+    The board is asked before the rollout runs (quarantined: nothing runs) and told
+    its outcome after, as :func:`score_rollout` decides it
+    (:func:`~execgym.ops.breakers.is_infrastructure_failure`: never what the rollout
+    controls).
+
+    Args:
+        scoring: The sandbox, judges, reward and hooks.
+        board: The shared breakers (Redis's, a Ray actor's).
+        type_of: The task-type key of the breakers.
+        task: The task.
+        rollout: The rollout.
+        index: The rollout's position in its input.
+        limits: The run's limits before the task's overrides.
+
+    Raises:
+        BrokerError: the board cannot be reached (nothing is recorded; the job may be
+            run again).
+    """
+    ticket, message = await board.admit(type_of(task))
+    decided = Decided(type_of, ticket, message)
+    scored = await score_rollout(
+        scoring, task, rollout, index=index, limits=limits, breakers=decided
+    )
+    if ticket is not None and decided.failed is not None:
+        await board.record(ticket, decided.failed)
+    return scored
 
 
 def score_unusable(
