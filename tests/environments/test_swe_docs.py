@@ -1,4 +1,4 @@
-"""docs/swe.md's commands, run as written: import an image, build a spec, score predictions."""
+"""The README's and docs/swe.md's SWE-bench steps, run as written: import, build, score."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ def test_the_documented_steps_score_a_real_instance(
 ) -> None:
     blocks = BLOCK.findall((ROOT / "docs" / "swe.md").read_text())
     assert len(blocks) == 2, blocks
+    # the README's step-by-step is these very commands: running them runs both pages'
+    readme = [b for b in BLOCK.findall((ROOT / "README.md").read_text()) if "execgym env" in b]
+    assert readme == ["".join(blocks)], readme
     (tmp_path / "image").symlink_to(test_image / "layout")
     (tmp_path / "snapshots").mkdir()
     row = next(
