@@ -5,8 +5,10 @@ Prints, all measured in this run:
 1. start-to-first-command p50/p99 (ms) of ``python3 -c "print('ok')"`` in the image: our
    tiers (fresh bwrap, prestarted bwrap, warm pool, gVisor) against ``podman run --rm``
    (Debian's podman with runc: crun refuses this host's hybrid cgroup layout, and the
-   default rlimits exceed the hard limits here), interleaved run by run so load hits all
-   alike, with each one's ratio to podman's p50 (target: warm start <= 1/10);
+   default rlimits exceed the hard limits here) and plain ``runsc run`` of an OCI bundle
+   whose root is the same image's unpacked root (``runsc spec``'s defaults, network
+   off, as root), interleaved run by run so load hits all alike, with each one's ratio
+   to podman's p50 (target: warm start <= 1/10);
 2. first-use cost: importing and unpacking the image into an empty cache, s per GiB;
 3. disk used by 12 task environments built from specs on one base (target: < 1.2x the
    base plus their own layers);
@@ -16,7 +18,7 @@ Prints, all measured in this run:
 
     .venv/bin/python benchmarks/environments.py [--runs 40] [--episodes 32]
 
-Needs bwrap, mmdebstrap/umoci/skopeo (the image), podman and runsc for their rows,
+Needs bwrap, mmdebstrap/umoci/skopeo (the image), podman and runsc (as root) for their rows,
 network for the spec build (pip).
 """
 
@@ -40,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.environments.images import build_test_image  # noqa: E402
 
-from execgym.environments import EnvironmentCache  # noqa: E402
+from execgym.environments import Environment, EnvironmentCache  # noqa: E402
 from execgym.environments.routing import resolve  # noqa: E402
 from execgym.environments.spec import EnvironmentSpec, build  # noqa: E402
 from execgym.limits import DEFAULT_LIMITS  # noqa: E402
@@ -89,7 +91,22 @@ def leftovers() -> tuple[int, int]:
     return len(descendants(os.getpid())), scratch
 
 
-async def latency(tag: str | None, cache: EnvironmentCache, runs: int) -> None:
+def runsc_bundle(env: Environment, scratch: Path) -> Path:
+    """An OCI bundle running the program in ``env``'s root with ``runsc spec``'s defaults."""
+    if env.rootfs is None or env.shared:
+        raise ValueError("plain runsc needs an environment whose root holds every directory")
+    bundle = scratch / "runsc-bundle"
+    bundle.mkdir()
+    argv = ["runsc", "spec", f"--bundle={bundle}", "--", "python3", "-c", PROGRAM]
+    subprocess.run(argv, check=True)
+    config = json.loads((bundle / "config.json").read_text())
+    config["root"] = {"path": str(env.rootfs), "readonly": True}
+    config["process"]["env"] = [f"PATH={env.config.env.get('PATH', '/usr/bin:/bin')}"]
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+async def latency(tag: str | None, cache: EnvironmentCache, runs: int, scratch: Path) -> None:
     env = cache.get("debian")
     ways: dict[str, Callable[[], Awaitable[None]]] = {}
     boxes = {
@@ -119,6 +136,19 @@ async def latency(tag: str | None, cache: EnvironmentCache, runs: int) -> None:
             assert done.stdout.strip() == b"ok", done.stderr[-500:]
 
         ways["podman run --rm"] = podman
+    if shutil.which("runsc") and os.geteuid() == 0:
+        bundle = runsc_bundle(env, scratch)
+        counter = iter(range(1 << 30))
+
+        async def runsc() -> None:
+            state = ["--root", str(scratch / "runsc-state"), "--network=none", "--ignore-cgroups"]
+            run = ["run", f"--bundle={bundle}", f"bench-{os.getpid()}-{next(counter)}"]
+            done = await asyncio.to_thread(
+                subprocess.run, ["runsc", *state, *run], capture_output=True, check=False
+            )
+            assert done.stdout.strip() == b"ok", done.stderr[-500:]
+
+        ways["runsc run (plain)"] = runsc
     times: dict[str, list[float]] = {name: [] for name in ways}
     for way in ways.values():  # warm-up: first runs start pools and zygotes
         await way()
@@ -244,7 +274,7 @@ def main() -> None:
             )
             tag = loaded.stdout.strip().rsplit(" ", 1)[-1]
         try:
-            asyncio.run(latency(tag, cache, args.runs))
+            asyncio.run(latency(tag, cache, args.runs, Path(scratch)))
         finally:
             if tag is not None:
                 subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, check=False)
