@@ -117,6 +117,8 @@ def test_gold_and_empty_patches_in_one_batch_through_execgym_score(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("EXECGYM_ENV_CACHE", str(env_cache.root))
+    # the spec's pip packages change /opt: /usr is the base image's, shared, not copied
+    assert "/usr" in dict(swe_environment.shared)
     monkeypatch.chdir(DATA)  # the instances name their snapshots relative to it
     out = tmp_path / "results.jsonl"
     preds = predictions(tmp_path / "p.jsonl")
