@@ -11,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -274,3 +278,68 @@ def test_execgym_score_broker_ray_keeps_input_order_and_the_reward(
         r["reward_breakdown"]["spec"] == "quality" for r in results if r["reward"] is not None
     )
     assert "broker: ray" in shown.output
+
+
+DRIVER = """
+import asyncio, json, os, signal, sys
+import ray
+from execgym.broker.ray_episodes import RayEpisodes
+from execgym.episodes import example_tasks, find_task
+
+async def main():
+    episodes = RayEpisodes(actors=1, cpus_per_actor=0)
+    episode_id, _ = await episodes.open(find_task(sys.argv[2], example_tasks()))
+    outcome = await episodes.step(episode_id, json.loads(sys.argv[3]))
+    print(episode_id, outcome.reward, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the front end dies, with no goodbye
+
+ray.init(address=sys.argv[1], namespace="execgym", log_to_driver=False)
+asyncio.run(main())
+"""
+
+
+async def test_an_episode_on_a_ray_actor_outlives_its_front_end_and_ends_masked_with_it(
+    ray_cluster: Any,
+) -> None:
+    """A driver process opens an episode (starting the episode actors and the directory)
+    and is SIGKILLed; this process finishes it (reward 1). An actor killed under an
+    episode ends it with reward null and the reason; nothing the agent does can."""
+    import ray
+
+    from execgym.broker.ray_episodes import RayEpisodes
+    from execgym.episodes import example_tasks, find_task
+    from execgym.errors import EpisodeOver
+    from tests.episode_scripts import PAGER, solution
+
+    actions = solution(PAGER)
+    argv = [sys.executable, "-c", DRIVER, ray_cluster.address, PAGER, json.dumps(actions[0])]
+    driver = await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert driver.returncode == -signal.SIGKILL, driver.stderr[-2000:]
+    episode_id, first_reward = driver.stdout.split()
+    assert first_reward == "0.0"
+    episodes = RayEpisodes(actors=1, cpus_per_actor=0)
+    try:
+        outcomes = [await episodes.step(episode_id, action) for action in actions[1:]]
+        assert (outcomes[-1].reward, outcomes[-1].terminated) == (1.0, True)
+        assert (await episodes.get_view(episode_id)).steps == len(actions)
+
+        task = find_task(PAGER, example_tasks())
+        orphan, _ = await episodes.open(task)
+        await episodes.step(orphan, {"tool": "run_command", "arguments": {"command": "kill -9 -1"}})
+        assert (await episodes.get_view(orphan)).reward == 0.0  # the agent's doing: 0
+        orphan, _ = await episodes.open(task)
+        worker = (await episodes.get_view(orphan)).worker
+        assert worker is not None
+        ray.kill(ray.get_actor(worker, namespace="execgym"))
+        ended = await episodes.step(orphan, {"tool": "list_dir", "arguments": {}})
+        assert (ended.reward, ended.truncated, ended.info["masked"]) == (None, True, True)
+        assert worker in ended.info["reason"]
+        assert "gone" in ended.info["reason"]
+        view = await episodes.get_view(orphan)
+        assert (view.state, view.reward, view.reason) == ("finished", None, ended.info["reason"])
+        with pytest.raises(EpisodeOver, match="masked"):
+            await episodes.step(orphan, {"tool": "list_dir", "arguments": {}})
+    finally:
+        await episodes.terminate()

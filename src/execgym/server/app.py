@@ -225,15 +225,26 @@ def default_episodes(settings: ServerSettings) -> EpisodeBackend:
     """Episodes of :mod:`execgym.episodes` in this process, bounded by ``settings``.
 
     With ``settings.episode_broker``, episodes are held by episode workers through
-    Redis instead (:class:`~execgym.broker.episode_router.RoutedEpisodes`) and this
-    process keeps none. The episode package is imported on the first episode, not
+    Redis (:class:`~execgym.broker.episode_router.RoutedEpisodes`) or by Ray actors
+    (:class:`~execgym.broker.ray_episodes.RayEpisodes`) instead, and this process
+    keeps none. The episode package is imported on the first episode, not
     here, so the rest of the service runs without it.
     """
     catalog = ShippedTasks(*([settings.episode_tasks] if settings.episode_tasks else []))
-    if settings.episode_broker is not None:
+    broker = settings.episode_broker
+    if broker is not None and (broker == "ray" or broker.startswith("ray://")):
+        from execgym.broker.ray_episodes import RayEpisodes
+
+        on_ray = RayEpisodes(
+            broker,
+            max_episodes=settings.max_episodes,
+            idle_timeout_s=settings.episode_idle_timeout_s,
+        )
+        return EpisodeBackend(on_ray, catalog, tool_schemas)
+    if broker is not None:
         from execgym.broker.episode_router import RoutedEpisodes
 
-        routed = RoutedEpisodes(settings.episode_broker, prefix=settings.episode_prefix)
+        routed = RoutedEpisodes(broker, prefix=settings.episode_prefix)
         return EpisodeBackend(routed, catalog, tool_schemas)
 
     def build(task: object) -> EpisodeEnv:

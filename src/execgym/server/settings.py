@@ -57,8 +57,10 @@ class ServerSettings:
         episode_broker: ``redis://HOST:PORT/DB``: keep no episode in this process but
             open each on an episode worker (``execgym episode-worker``) through this
             Redis, so several replicas of the service share the episodes and one that
-            dies loses none (:mod:`execgym.broker.episode_router`). ``None``: episodes
-            live in this process (``max_episodes``, ``episode_idle_timeout_s``).
+            dies loses none (:mod:`execgym.broker.episode_router`); ``ray`` or
+            ``ray://HOST:PORT``: the same on episode actors of that Ray cluster
+            (:mod:`execgym.broker.ray_episodes`; ``max_episodes`` per actor). ``None``:
+            episodes live in this process (``max_episodes``, ``episode_idle_timeout_s``).
         episode_prefix: The Redis key prefix of ``episode_broker`` (the workers'
             ``--prefix``).
         pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
@@ -114,12 +116,14 @@ class ServerSettings:
                 f"run_code_network must be 'none' or 'loopback', got {self.run_code_network!r}"
             )
         from_spec(self.breakers)  # raises ConfigError for a bad spec
-        if self.episode_broker is not None and not self.episode_broker.startswith(
-            ("redis://", "rediss://", "unix://")
+        broker = self.episode_broker
+        if broker is not None and not (
+            broker == "ray" or broker.startswith(("redis://", "rediss://", "unix://", "ray://"))
         ):
             raise ConfigError(
-                f"episode_broker {self.episode_broker!r} is not a Redis URL: give "
-                "redis://HOST:PORT/DB (the Redis of the episode workers), or leave it unset"
+                f"episode_broker {broker!r} is neither Redis nor Ray: give "
+                "redis://HOST:PORT/DB (the Redis of the episode workers), 'ray' (the Ray "
+                "cluster this host is part of) or ray://HOST:PORT, or leave it unset"
             )
         if self.default_memory_bytes > self.max_memory_bytes:
             raise ConfigError("default_memory_bytes must not exceed max_memory_bytes")
