@@ -6,20 +6,33 @@ C at a time, each through :class:`EpisodeClient` (keep-alive HTTP): open, K
 the hidden tests run), delete. Prints p50/p99 step latency (ms) per tool over HTTP, the
 open and submit times, episodes/s, and checks that no episode is left on the service.
 
+With ``--routed``, the same run is made twice, one after the other: episodes in the
+``execgym serve`` process, then on one ``execgym episode-worker`` reached through a
+real ``redis-server`` (``EXECGYM_SERVER_EPISODE_BROKER``), and the p50 of each call is
+compared (routed / in-process): what routing an episode's steps costs.
+
     .venv/bin/python benchmarks/episodes_http.py [--episodes 16] [--concurrency 8] [--steps 5]
+    .venv/bin/python benchmarks/episodes_http.py --routed --episodes 8 --concurrency 4
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from server_throughput import percentile, start_server
 
 from execgym.integrations.episode_client import EpisodeClient
+from execgym.testing import RedisServer
 
 TASK = "example/pager-last-page"
 
@@ -45,12 +58,32 @@ async def play(client: EpisodeClient, steps: int, times: dict[str, list[float]])
     return reward  # type: ignore[no-any-return]
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=16)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
-    args = parser.parse_args()
+@contextlib.contextmanager
+def episode_worker(concurrency: int) -> Iterator[None]:
+    """A redis-server and one ``execgym episode-worker``; the service's env points at them."""
+    with tempfile.TemporaryDirectory() as directory:
+        redis = RedisServer(Path(directory))
+        redis.persistence = False
+        redis.start()
+        argv = [sys.executable, "-m", "execgym", "episode-worker", "--broker", redis.url]
+        argv += ["--max-episodes", str(concurrency), "--prefix", "bench"]
+        worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.environ["EXECGYM_SERVER_EPISODE_BROKER"] = redis.url
+        os.environ["EXECGYM_SERVER_EPISODE_PREFIX"] = "bench"
+        try:
+            yield
+        finally:
+            del (
+                os.environ["EXECGYM_SERVER_EPISODE_BROKER"],
+                os.environ["EXECGYM_SERVER_EPISODE_PREFIX"],
+            )
+            worker.terminate()
+            worker.wait(timeout=60)
+            redis.kill()
+
+
+async def run(args: argparse.Namespace, label: str) -> dict[str, list[float]]:
+    """One benchmark run against a fresh ``execgym serve``; the seconds of each call."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -72,16 +105,40 @@ async def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     print(
-        f"{args.episodes} episodes, {args.concurrency} at once, {args.steps} write_file + "
-        f"{args.steps} run_command steps each: {spent_s:.1f} s, "
+        f"{label}: {args.episodes} episodes, {args.concurrency} at once, {args.steps} "
+        f"write_file + {args.steps} run_command steps each: {spent_s:.1f} s, "
         f"{args.episodes / spent_s:.2f} episodes/s; rewards {sorted(set(rewards))}"
     )
-    for name in ("open", "write_file", "run_command", "submit", "delete"):
+    for name in NAMES:
         values = times.get(name, [])
         print(
             f"  {name:12} n={len(values):4}  p50 {1000 * percentile(values, 0.5):8.1f} ms"
             f"  p99 {1000 * percentile(values, 0.99):8.1f} ms"
         )
+    return times
+
+
+NAMES = ("open", "write_file", "run_command", "submit", "delete")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument(
+        "--routed", action="store_true", help="also through Redis and an episode worker"
+    )
+    args = parser.parse_args()
+    here = await run(args, "in the serve process")
+    if not args.routed:
+        return
+    with episode_worker(args.concurrency):
+        routed = await run(args, "on an episode worker through Redis")
+    print("routed / in-process, p50 (p50 routed - p50 in-process):")
+    for name in NAMES:
+        ours, theirs = percentile(routed[name], 0.5), percentile(here[name], 0.5)
+        print(f"  {name:12} {ours / theirs:6.2f}x  ({1000 * (ours - theirs):+8.1f} ms)")
 
 
 if __name__ == "__main__":
