@@ -133,6 +133,60 @@ class Calibration:
         }
 
 
+def measurement_of(judgement: Judgement) -> Measurement:
+    """The reference's times from its ``judgement``, or why there are none.
+
+    The run's wall and CPU time; for judges that time each test case (``details.cases``
+    with ``wall_time_s``), the slowest case too. A reference that did not pass gives no
+    times; nor does a ``sandbox_error`` (ours: measure again later).
+    """
+    from execgym.judges.base import Verdict
+
+    if judgement.verdict is Verdict.SANDBOX_ERROR:
+        return Measurement(why_not=f"the reference run failed: {judgement.message}")
+    if judgement.verdict is not Verdict.PASSED or judgement.run is None:
+        why = f"the reference solution does not pass ({judgement.verdict.value})"
+        return Measurement(why_not=why)
+    cases = judgement.details.get("cases") if judgement.details else None
+    times = [
+        case["wall_time_s"]
+        for case in (cases if isinstance(cases, list) else [])
+        if isinstance(case, dict) and isinstance(case.get("wall_time_s"), int | float)
+    ]
+    run = judgement.run
+    return Measurement(
+        wall_time_s=max([run.wall_time_s, *times]),
+        cpu_time_s=run.cpu_time_s,
+        case_wall_time_s=max(times) if times else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measured:
+    """A calibrator whose measurement was made elsewhere, once for every worker.
+
+    ``execgym score --broker ... --calibrate-limits`` judges each task's reference once,
+    through the broker, before the batch; each job then carries its task's measurement,
+    and the worker calibrates with this instead of measuring again.
+
+    Attributes:
+        measurement: The reference's times, or why there are none.
+        factor: See :data:`DEFAULT_FACTOR`.
+        floor_s: See :data:`DEFAULT_FLOOR_S`.
+    """
+
+    measurement: Measurement
+    factor: float = DEFAULT_FACTOR
+    floor_s: float = DEFAULT_FLOOR_S
+
+    async def calibrate(
+        self, task: Task, limits: Limits, judge: JudgeReference
+    ) -> tuple[Task, Limits, Calibration]:
+        """As :meth:`Calibrator.calibrate`, with the given measurement (nothing is run)."""
+        calibrator = Calibrator(factor=self.factor, floor_s=self.floor_s)
+        return calibrator.apply(task, limits, self.measurement)
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
@@ -198,7 +252,7 @@ class Calibrator:
             # wait (both sandboxes would idle on one measurement), it keeps the user's
             # limits, which a calibrated limit is never above.
             why = "the reference was being measured (for another rollout of this task)"
-            return self._apply(task, limits, Measurement(why_not=why), False)
+            return self.apply(task, limits, Measurement(why_not=why), False)
         if future is None:
             future = asyncio.get_running_loop().create_future()
             self._measured[key] = future
@@ -210,11 +264,15 @@ class Calibrator:
                 future.exception()  # retrieved: the waiters re-raise it
                 raise
         measurement, cached = await asyncio.shield(future)
-        return self._apply(task, limits, measurement, cached)
+        return self.apply(task, limits, measurement, cached)
 
-    def _apply(
-        self, task: Task, limits: Limits, m: Measurement, cached: bool
+    def apply(
+        self, task: Task, limits: Limits, m: Measurement, cached: bool = False
     ) -> tuple[Task, Limits, Calibration]:
+        """``task`` and ``limits`` calibrated from the measurement ``m`` (see :meth:`calibrate`).
+
+        ``cached``: whether ``m`` came from a cache (said in the result).
+        """
         if m.why_not is not None or m.wall_time_s is None:
             run = task.run_limits(limits)
             return task, limits, Calibration(
@@ -262,24 +320,9 @@ class Calibrator:
             log.exception("calibration_crashed task_id=%s", task.task_id)
             return Measurement(why_not=f"the reference could not be judged: {error!r}"), False
         self.measurements += 1
+        measurement = measurement_of(judgement)
         if judgement.verdict is Verdict.SANDBOX_ERROR:  # ours: not kept, tried again
-            return Measurement(why_not=f"the reference run failed: {judgement.message}"), False
-        if judgement.verdict is not Verdict.PASSED or judgement.run is None:
-            why = f"the reference solution does not pass ({judgement.verdict.value})"
-            measurement = Measurement(why_not=why)
-        else:
-            cases = judgement.details.get("cases") if judgement.details else None
-            times = [
-                case["wall_time_s"]
-                for case in (cases if isinstance(cases, list) else [])
-                if isinstance(case, dict) and isinstance(case.get("wall_time_s"), int | float)
-            ]
-            run = judgement.run
-            measurement = Measurement(
-                wall_time_s=max([run.wall_time_s, *times]),
-                cpu_time_s=run.cpu_time_s,
-                case_wall_time_s=max(times) if times else None,
-            )
+            return measurement, False
         self._write_cache(key, measurement)
         return measurement, False
 

@@ -41,6 +41,18 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.kill()
 
 
+@pytest.fixture(scope="session")
+def embedded_parity(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, object]]:
+    """The parity batch (tests/broker/parity.py) scored here, once for the session."""
+    require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    from tests.broker.parity import score
+
+    directory = tmp_path_factory.mktemp("embedded-parity")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(directory / "cache"))  # measured, not cached
+        return score(directory, "here", "--workers", "1")
+
+
 @pytest.fixture
 def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Worker processes a test starts (append them); reaped when the test ends."""

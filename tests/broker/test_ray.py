@@ -343,3 +343,18 @@ async def test_an_episode_on_a_ray_actor_outlives_its_front_end_and_ends_masked_
             await episodes.step(orphan, {"tool": "list_dir", "arguments": {}})
     finally:
         await episodes.terminate()
+
+
+def test_calibration_diagnostics_and_completion_order_through_ray(
+    ray_cluster: Any, tmp_path: Any, embedded_parity: list[dict[str, Any]]
+) -> None:
+    """``--calibrate-limits`` and ``--diagnose`` were refused with a broker (issue 21):
+    each reference is now judged once on the cluster and its measurement sent with the
+    task's jobs; the results equal the embedded ones field by field (but for measured
+    times), written as they finish with ``--order completion``."""
+    from tests.broker.parity import check_parity, score
+
+    results = score(tmp_path, "ray", "--broker", "ray", "--workers", "1", "--order", "completion")
+    indexes = [r["index"] for r in results]
+    assert indexes[0] != 0  # as they finished: the slow first rollout was not first
+    check_parity(results, embedded_parity)

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from execgym.broker.base import Broker
+from execgym.broker.calibrate import measure_references
 from execgym.broker.messages import JobMessage, ResultMessage
+from execgym.calibration import Calibrator
 from execgym.errors import BrokerError, BrokerUnavailable, JobsLost
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.scoring.core import score_unusable
@@ -334,13 +336,18 @@ async def score_rollouts(
     *,
     skipped_tasks: Mapping[str, str] | None = None,
     ordered: bool = False,
+    calibrator: Calibrator | None = None,
 ) -> AsyncIterator[ScoredRollout]:
     """Score rollouts through ``broker``: like :meth:`execgym.Scorer.score`, remotely.
 
     Unusable items become ``invalid`` results here, without being sent, and come
-    first (or in their place, when ``ordered``).
+    first (or in their place, when ``ordered``). With a ``calibrator`` (its factor and
+    floor), each task's reference is judged once through the broker first and its
+    jobs carry the measurement (:func:`execgym.broker.calibrate.measure_references`).
     """
     jobs, local = make_jobs(tasks, items, limits)
+    if calibrator is not None:
+        jobs = await measure_references(broker, jobs, calibrator)
     invalid = sorted(
         [score_unusable(item, skipped_tasks=skipped_tasks, isolation="remote") for item in local],
         key=lambda r: r.index,
@@ -374,6 +381,8 @@ class RemoteBatch:
         items: The rollouts (and unusable lines) in input order.
         limits: Limits for every run.
         skipped_tasks: ``{task_id: why}`` for tasks left out as invalid.
+        calibrator: Calibrate the tasks' time limits (``--calibrate-limits``): each
+            reference is judged once through the broker (see :func:`score_rollouts`).
     """
 
     broker: Broker
@@ -381,6 +390,7 @@ class RemoteBatch:
     items: Sequence[RolloutLine | LineProblem]
     limits: Limits = DEFAULT_LIMITS
     skipped_tasks: Mapping[str, str] | None = None
+    calibrator: Calibrator | None = None
 
     async def run(
         self,
@@ -412,6 +422,7 @@ class RemoteBatch:
                 self.limits,
                 skipped_tasks=self.skipped_tasks,
                 ordered=ordered,
+                calibrator=self.calibrator,
             ):
                 on_result(scored)
                 if collect:

@@ -11,10 +11,12 @@ times a job is delivered or submitted, one result is stored per ``job_id``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from execgym.calibration import Measured, Measurement
 from execgym.errors import Error, MessageError
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.scoring.results import ScoredRollout
@@ -58,6 +60,48 @@ class _Message(BaseModel):
             raise MessageError(f"not a valid {what} message: {error}") from error
 
 
+class CalibrationOrder(BaseModel):
+    """A task's reference measurement, measured once for a batch, sent with its jobs.
+
+    ``execgym score --broker ... --calibrate-limits`` judges each task's reference once
+    through the broker (:func:`execgym.broker.calibrate.measure_references`); each job
+    of the task carries the result, and the worker calibrates its limits with it
+    (:class:`execgym.calibration.Measured`) instead of measuring again.
+
+    Attributes:
+        factor: Calibrated limit = ``factor`` x the reference's time (at least 1).
+        floor_s: ... but never below ``floor_s`` seconds.
+        wall_time_s: The reference's wall time (``None``: not measured, see why_not).
+        cpu_time_s: Its CPU time.
+        case_wall_time_s: Its slowest test case's wall time (judges timing each case).
+        why_not: Why there is no measurement (no reference, it did not pass).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    factor: float = Field(ge=1)
+    floor_s: float = Field(gt=0)
+    wall_time_s: float | None = Field(default=None, ge=0)
+    cpu_time_s: float | None = Field(default=None, ge=0)
+    case_wall_time_s: float | None = Field(default=None, ge=0)
+    why_not: str | None = None
+
+    @classmethod
+    def of(cls, measurement: Measurement, factor: float, floor_s: float) -> CalibrationOrder:
+        """The order for ``measurement`` with ``factor`` and ``floor_s``."""
+        return cls(factor=factor, floor_s=floor_s, **dataclasses.asdict(measurement))
+
+    def calibrator(self) -> Measured:
+        """What the worker calibrates with."""
+        measurement = Measurement(
+            wall_time_s=self.wall_time_s,
+            cpu_time_s=self.cpu_time_s,
+            case_wall_time_s=self.case_wall_time_s,
+            why_not=self.why_not,
+        )
+        return Measured(measurement, self.factor, self.floor_s)
+
+
 class JobMessage(_Message):
     """One rollout to judge, as it travels on the queue.
 
@@ -74,6 +118,8 @@ class JobMessage(_Message):
             job; a job handed back after a crash keeps counting.
         submitted_at: Unix seconds when it was submitted, for the queue-lag metric
             (``None``: not known).
+        calibration: Calibrate the task's time limits with this measurement of its
+            reference (``None``: the limits as given).
     """
 
     kind: ClassVar[str] = "job"
@@ -87,6 +133,7 @@ class JobMessage(_Message):
     limits: Limits = DEFAULT_LIMITS
     attempt: int = Field(default=1, ge=1)
     submitted_at: float | None = None
+    calibration: CalibrationOrder | None = None
 
 
 class ResultMessage(_Message):

@@ -167,7 +167,12 @@ class SandboxActor:
                 scored = score_unusable(item, isolation=scoring.sandbox.name)
             elif self.board is None:
                 scored = await score_rollout(
-                    scoring, job.task, job.rollout, index=job.index, limits=job.limits
+                    scoring,
+                    job.task,
+                    job.rollout,
+                    index=job.index,
+                    limits=job.limits,
+                    calibrator=job.calibration.calibrator() if job.calibration else None,
                 )
             else:
                 scored = await score_shared(
@@ -178,6 +183,7 @@ class SandboxActor:
                     job.rollout,
                     index=job.index,
                     limits=job.limits,
+                    calibrator=job.calibration.calibrator() if job.calibration else None,
                 )
         return ResultMessage.of(job, scored, worker=self.name, attempt=attempt).to_json()
 

@@ -332,6 +332,7 @@ class Worker:
         if job.rollout.task_id != job.task.task_id:
             item = RolloutLine(job.index, job.rollout)
             return score_unusable(item, isolation=self.sandbox.name)
+        calibrator = job.calibration.calibrator() if job.calibration else None
         if self.board is not None and self.breakers is not None:
             return await score_shared(
                 self._scoring,
@@ -341,9 +342,15 @@ class Worker:
                 job.rollout,
                 index=job.index,
                 limits=job.limits,
+                calibrator=calibrator,
             )
         return await score_rollout(
-            self._scoring, job.task, job.rollout, index=job.index, limits=job.limits
+            self._scoring,
+            job.task,
+            job.rollout,
+            index=job.index,
+            limits=job.limits,
+            calibrator=calibrator,
         )
 
     def reward(self, job: JobMessage, scored: ScoredRollout, delivery: Delivery) -> ResultMessage:

@@ -359,17 +359,6 @@ def _open_broker(options: ScoreOptions, reward: RewardSpec | None) -> Any:
     """
     if options.broker_url in EMBEDDED:
         return None
-    if options.diagnose is not None:
-        raise click.UsageError(
-            "--diagnose runs where rollouts are judged, which workers do not yet take from "
-            "the command line: put `diagnose` in the tasks instead, or score with --broker "
-            "embedded"
-        )
-    if options.calibrate_limits:
-        raise click.UsageError(
-            "--calibrate-limits measures references where rollouts are judged, "
-            "which workers do not yet: drop it, or score with --broker embedded"
-        )
     if options.broker_url == "ray" or options.broker_url.startswith("ray://"):
         return _ray_broker(options, reward)
     if reward is not None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # imported when used: the command line starts before they are
     from execgym.sandbox import Sandbox
     from execgym.scoring import ScoredRollout, Scorer
     from execgym.tasks.loaders import LineProblem, RolloutLine
+    from execgym.tasks.models import Task
 
 SHOWN_LIMITS = ("memory_bytes", "cpu_time_s", "max_processes")
 """The limits whose enforcement depends on the host (cgroups or rlimits), in the summary."""
@@ -364,14 +365,19 @@ def prepare_remote(
         tasks, items, skipped = load_inputs(*options.inputs)
     except Error as error:
         raise click.ClickException(str(error)) from error
-    state = options.state
-    if state is not None:  # the workers judge the tasks as sent
-        tasks = {key: task.model_copy(update={"state": state}) for key, task in tasks.items()}
+    tasks = sent_tasks(tasks, options)
+    calibrator = None
+    if options.calibrate_limits:  # each reference judged once, through the broker
+        from execgym.calibration import Calibrator
+
+        calibrator = Calibrator(
+            factor=options.calibration_factor, floor_s=options.calibration_floor
+        )
     loaded.append(items)
     rollouts = list(items)
 
     async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
-        remote = RemoteBatch(broker, tasks, rollouts, limits, skipped)
+        remote = RemoteBatch(broker, tasks, rollouts, limits, skipped, calibrator)
 
         async def run(write: Write) -> None:
             await remote.run(write, ordered=options.order == "input", collect=False)
@@ -379,3 +385,25 @@ def prepare_remote(
         return run, len(rollouts)
 
     return prepare
+
+
+def sent_tasks(tasks: dict[str, Task], options: ScoreOptions) -> dict[str, Task]:
+    """The tasks as the workers must judge them: with ``--state`` and ``--diagnose``.
+
+    The workers take neither option (they judge the tasks as sent): ``--state`` sets
+    each task's ``state``, ``--diagnose`` its ``diagnose`` checks (keeping the task's
+    ``sizes`` and ``inputs``), as the embedded scorer's overrides do.
+    """
+    from execgym.diagnostics import parse_checks
+    from execgym.tasks.models import Diagnose
+
+    checks = parse_checks(options.diagnose) if options.diagnose else None
+    sent = {}
+    for key, task in tasks.items():
+        update: dict[str, object] = {}
+        if options.state is not None:
+            update["state"] = options.state
+        if checks is not None:
+            update["diagnose"] = (task.diagnose or Diagnose()).model_copy(update={"checks": checks})
+        sent[key] = task.model_copy(update=update) if update else task
+    return sent

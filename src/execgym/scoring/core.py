@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from execgym.calibration import Calibration, Calibrator
+from execgym.calibration import Calibration, Calibrator, Measured
 from execgym.diagnostics import Diagnoser
 from execgym.environments.routing import EnvironmentSandboxes, default_store
 from execgym.episodes.swe import SweJudge
@@ -180,6 +180,7 @@ async def score_rollout(
     index: int = 0,
     limits: Limits | None = None,
     breakers: BreakerGate | None = None,
+    calibrator: Calibrator | Measured | None = None,
 ) -> ScoredRollout:
     """Score one rollout of ``task``: the whole path, hooks included.
 
@@ -198,6 +199,9 @@ async def score_rollout(
         breakers: The breakers of this one rollout instead of ``scoring.breakers``: a
             worker whose breakers are shared (:class:`execgym.ops.breakers.Decided`,
             the shared board's decision fetched before the rollout runs).
+        calibrator: Calibrates this rollout's limits instead of ``scoring.calibrator``
+            (a broker's job carrying its task's measurement:
+            :class:`execgym.calibration.Measured`).
 
     Returns:
         The result; never raises for anything a rollout, a task or the sandbox does (an
@@ -207,7 +211,7 @@ async def score_rollout(
     breakers = breakers if breakers is not None else scoring.breakers
     task_type = breakers.type_of(task) if breakers is not None else scoring.task_type(task)
     if breakers is None:
-        result = await _judged(scoring, index, task, rollout, rollout_id, limits)
+        result = await _judged(scoring, index, task, rollout, rollout_id, limits, calibrator)
         return finished(scoring.metrics, result, task_type)
     ticket = breakers.admit(task)
     if ticket is None:
@@ -218,7 +222,7 @@ async def score_rollout(
             scoring.sandbox.name, attempts=0, message=message,
         )  # fmt: skip
         return finished(scoring.metrics, result, task_type)
-    result = await _judged(scoring, index, task, rollout, rollout_id, limits)
+    result = await _judged(scoring, index, task, rollout, rollout_id, limits, calibrator)
     failed = result.judgement is not None and is_infrastructure_failure(result.judgement)
     breakers.record(ticket, infrastructure_failure=failed)
     return finished(scoring.metrics, result, task_type)
@@ -233,6 +237,7 @@ async def score_shared(
     *,
     index: int = 0,
     limits: Limits | None = None,
+    calibrator: Calibrator | Measured | None = None,
 ) -> ScoredRollout:
     """:func:`score_rollout` under breakers every worker shares, not ``scoring.breakers``.
 
@@ -249,6 +254,7 @@ async def score_shared(
         rollout: The rollout.
         index: The rollout's position in its input.
         limits: The run's limits before the task's overrides.
+        calibrator: As for :func:`score_rollout`.
 
     Raises:
         BrokerError: the board cannot be reached (nothing is recorded; the job may be
@@ -257,7 +263,7 @@ async def score_shared(
     ticket, message = await board.admit(type_of(task))
     decided = Decided(type_of, ticket, message)
     scored = await score_rollout(
-        scoring, task, rollout, index=index, limits=limits, breakers=decided
+        scoring, task, rollout, index=index, limits=limits, breakers=decided, calibrator=calibrator
     )
     if ticket is not None and decided.failed is not None:
         await board.record(ticket, decided.failed)
@@ -322,24 +328,24 @@ async def _judged(
     rollout: Rollout,
     rollout_id: str,
     base: Limits | None,
+    calibrator: Calibrator | Measured | None = None,
 ) -> ScoredRollout:
     """Judge (retrying our failures) and reward, without the hooks."""
     base = base or scoring.limits
+    calibrator = calibrator or scoring.calibrator
     isolation = scoring.sandbox.name
     judgement: Judgement | None = None
     attempt = 0
     judged, calibration = task, None
     try:
         limits = task.limits_over(base)
-        if scoring.calibrator is not None:
+        if calibrator is not None:
 
             async def reference(task: Task, completion: str, limits: Limits) -> Judgement:
                 rollout = Rollout(task_id=task.task_id, completion=completion)
                 return await scoring.judge(task, rollout, limits)
 
-            judged, limits, calibration = await scoring.calibrator.calibrate(
-                task, limits, reference
-            )
+            judged, limits, calibration = await calibrator.calibrate(task, limits, reference)
     except (TaskError, ConfigError) as error:  # the task's or the settings' fault
         return invalid_result(index, task.task_id, rollout_id, str(error), isolation)
     for attempt in range(1, SANDBOX_ATTEMPTS + 1):
