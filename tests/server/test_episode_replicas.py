@@ -3,7 +3,8 @@
 Everything here is a process of its own, as in a deployment: a ``redis-server`` on a
 free port, one ``execgym episode-worker`` holding the sessions (real bwrap), and two
 uvicorn replicas of ``execgym serve`` with ``EXECGYM_SERVER_EPISODE_BROKER`` set. An
-episode opened on replica A is finished through replica B after A is killed; an episode
+episode opened on replica A is finished through replica B after A is killed (a step
+whose answer A took with it, sent again through B, is answered and not run twice); an episode
 whose worker is killed ends with reward null and the reason; an agent that kills its
 own sandbox, or tries to reach Redis from it, gets 0, never null.
 """
@@ -119,14 +120,21 @@ def test_episodes_outlive_a_replica_and_end_masked_with_their_worker(tmp_path: P
         actions = solution(PAGER)
         first = _step(a, solved, actions[0])
         assert first.status_code == 200, first.text
+        count = {"action": _run("echo x >> count.txt && wc -l < count.txt"), "request_id": "c1"}
+        counted = _step(a, solved, count).json()
+        assert counted["observation"]["output"].strip() == "1"
         replica_a.send_signal(signal.SIGKILL)
         replica_a.wait()
+        # its answer lost with A, the client sends the step again through B: answered, not
+        # run again (the same output; the file has one line)
+        assert _step(b, solved, count).json() == counted
         answers = [_step(b, solved, action) for action in actions[1:]]
         assert all(answer.status_code == 200 for answer in answers), answers[-1].text
         last = answers[-1].json()
         assert (last["reward"], last["terminated"]) == (1.0, True), last
         state = httpx.get(f"{b}/v1/episodes/{solved}", headers=HEADERS, timeout=30).json()
-        assert (state["state"], state["reward"], state["steps"]) == ("finished", 1.0, len(actions))
+        assert (state["state"], state["reward"]) == ("finished", 1.0)
+        assert state["steps"] == len(actions) + 1  # the step sent twice counts once
         assert state["worker"]
         assert state["reason"] is None
 

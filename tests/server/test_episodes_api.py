@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from execgym.episodes.registry import EpisodeRegistry
 from execgym.errors import CapacityExceeded, EpisodeNotFound, EpisodeOver
-from execgym.server import ServerSettings
+from execgym.server import ServerSettings, create_app
 from execgym.server.episode_routes import EpisodeBackend
 from execgym.testing import FAKE_TOOLS, FakeEpisodeEnv, FakeSandbox, FakeTaskCatalog, fake_result
 from tests.server.conftest import NO_TOOLS, serving
@@ -25,9 +26,11 @@ FIX = {
 }
 
 
-def fake_backend(built: list[FakeEpisodeEnv], **registry: Any) -> EpisodeBackend:
+def fake_backend(
+    built: list[FakeEpisodeEnv], step_delay_s: float = 0.0, **registry: Any
+) -> EpisodeBackend:
     def build(task: Any) -> FakeEpisodeEnv:
-        env = FakeEpisodeEnv(task)
+        env = FakeEpisodeEnv(task, step_delay_s=step_delay_s)
         built.append(env)
         return env
 
@@ -296,3 +299,58 @@ async def test_status_and_metrics_count_programs_and_episodes() -> None:
     assert 'execgym_episodes_finished_total{end="terminated"} 2.0' in metrics
     assert "execgym_episode_final_reward_sum 1.0" in metrics
     assert "execgym_episode_final_reward_count 2.0" in metrics
+
+
+async def test_a_step_sent_again_with_its_request_id_is_answered_not_run_twice() -> None:
+    """The same ``request_id`` twice at once, and once more after: one run; a new id runs."""
+    built: list[FakeEpisodeEnv] = []
+    async with serving(**app_kwargs(fake_backend(built, step_delay_s=0.2))) as client:
+        opened = await client.post("/v1/episodes", json={"task_id": "fake/fix-add"})
+        episode = opened.json()["episode_id"]
+        body = {"action": FIX, "request_id": "step-1"}
+        url = f"/v1/episodes/{episode}/step"
+        first, again = await asyncio.gather(
+            client.post(url, json=body), client.post(url, json=body)
+        )
+        later = await client.post(url, json=body)
+        assert first.json() == again.json() == later.json()
+        assert len(built[0].actions) == 1
+        fresh = await client.post(url, json={"action": FIX, "request_id": "step-2"})
+        assert fresh.json()["info"]["step"] == 2
+        openenv = {"action": FIX, "episode_id": episode, "request_id": "step-2"}
+        assert (await client.post("/step", json=openenv)).json()["metadata"]["info"]["step"] == 2
+        assert len(built[0].actions) == 2
+
+
+class _LosesTheFirstAnswer(httpx.AsyncBaseTransport):
+    """Passes each request to the app, but loses the answer of the first step (as when
+    the replica that ran it dies before answering)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.lost = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.url.path.endswith("/step") and not self.lost:
+            self.lost += 1
+            await response.aclose()
+            raise httpx.ReadError("connection lost", request=request)
+        return response
+
+
+async def test_the_client_sends_a_step_whose_answer_was_lost_again_and_it_runs_once() -> None:
+    from execgym.integrations.episode_client import EpisodeClient
+
+    built: list[FakeEpisodeEnv] = []
+    app = create_app(**app_kwargs(fake_backend(built)))
+    async with app.router.lifespan_context(app):
+        transport = _LosesTheFirstAnswer(httpx.ASGITransport(app=app))
+        async with EpisodeClient("http://execgym", transport=transport) as client:
+            env = client.env("fake/fix-add")
+            await env.reset()
+            observation, *_ = await env.step(FIX)
+            assert transport.lost == 1
+            assert observation == {"tool": "write_file", "ok": True, "output": "wrote calc.py"}
+            assert len(built[0].actions) == 1  # sent twice, run once
+            assert (await env.step(SUBMIT))[1] == 1.0

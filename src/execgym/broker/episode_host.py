@@ -251,7 +251,9 @@ class EpisodeHost:
             )
             return {"ok": True, "observation": observation}
         if op == "step":
-            outcome = await self.registry.step(episode_id, request["action"])
+            outcome = await self.registry.step(
+                episode_id, request["action"], request_id=request.get("request_id")
+            )
             return await self._stepped(episode_id, outcome)
         if op == "close":
             with contextlib.suppress(Exception):  # gone already: reclaimed idle

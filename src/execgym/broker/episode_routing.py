@@ -168,9 +168,14 @@ class EpisodeRouter:
             f"the episode could not be opened: {'; '.join(failures)}; retry (nothing was kept)"
         )
 
-    async def step(self, episode_id: str, action: Mapping[str, Any]) -> StepOutcome:
+    async def step(
+        self, episode_id: str, action: Mapping[str, Any], *, request_id: str | None = None
+    ) -> StepOutcome:
         """Forward one action to the episode's worker; see ``EpisodeRegistry.step``.
 
+        ``request_id`` makes a retry safe: the worker answers a step sent again with
+        the id of the episode's latest step with that step's outcome, without running
+        it twice (:meth:`EpisodeRegistry.step <execgym.episodes.registry.EpisodeRegistry.step>`).
         If the worker is gone (before or while the step runs), the episode ends here
         with reward ``None`` and the reason (:func:`~execgym.broker.episode_records.
         masked_end`).
@@ -189,9 +194,8 @@ class EpisodeRouter:
             )
         worker = view.worker or ""
         try:
-            reply = await self.ask(
-                worker, {"op": "step", "episode_id": episode_id, "action": dict(action)}
-            )
+            request = {"op": "step", "episode_id": episode_id, "action": dict(action)}
+            reply = await self.ask(worker, {**request, "request_id": request_id})
         except WorkerGone:
             lost = await self.lose(episode_id, worker)
             self.finished["truncated"] += 1

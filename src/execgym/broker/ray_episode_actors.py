@@ -161,10 +161,12 @@ class EpisodeActor:
         await self.directory.put.remote(episode_id, record)
         return {"ok": True, "observation": observation}
 
-    async def step(self, episode_id: str, action: Mapping[str, Any]) -> dict[str, Any]:
-        """Run one action; the outcome, after the record is written."""
+    async def step(
+        self, episode_id: str, action: Mapping[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
+        """Run one action (once per ``request_id``); the outcome, after the record is written."""
         try:
-            outcome = await self.registry.step(episode_id, dict(action))
+            outcome = await self.registry.step(episode_id, dict(action), request_id=request_id)
             view = self.registry.get(episode_id)
         except Exception as error:
             return error_reply(error)

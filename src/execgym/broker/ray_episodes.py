@@ -184,7 +184,7 @@ class RayEpisodes(EpisodeRouter):
         if op == "open":
             call = handle.open.remote(episode_id, request["task"])
         elif op == "step":
-            call = handle.step.remote(episode_id, request["action"])
+            call = handle.step.remote(episode_id, request["action"], request.get("request_id"))
         else:
             call = handle.close.remote(episode_id)
         import ray.exceptions as exceptions

@@ -104,7 +104,9 @@ class Episodes(Protocol):
         """Open an episode; see :meth:`EpisodeRegistry.open`."""
         ...
 
-    async def step(self, episode_id: str, action: Mapping[str, Any]) -> StepOutcome:
+    async def step(
+        self, episode_id: str, action: Mapping[str, Any], *, request_id: str | None = None
+    ) -> StepOutcome:
         """Run one action; see :meth:`EpisodeRegistry.step`."""
         ...
 
@@ -134,6 +136,8 @@ class _Episode:
     truncated: bool = False
     busy: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    request_id: str | None = None  # of the latest step that named one
+    answer: asyncio.Future[StepOutcome] | None = None  # that step's outcome
 
     @property
     def finished(self) -> bool:
@@ -260,22 +264,57 @@ class EpisodeRegistry:
             )
         return episode
 
-    async def step(self, episode_id: str, action: Mapping[str, Any]) -> StepOutcome:
+    async def step(
+        self, episode_id: str, action: Mapping[str, Any], *, request_id: str | None = None
+    ) -> StepOutcome:
         """Run one action; steps of one episode run one at a time, in arrival order.
 
         An episode that ends here frees its sandbox at once.
+
+        Args:
+            episode_id: The episode.
+            action: The tool call.
+            request_id: The caller's id for this step (OpenEnv's ``request_id``): a
+                step sent again with the id of the episode's latest step is not run
+                again but answered that step's outcome (awaited if it is still
+                running), so a client that lost the answer (its connection, or the
+                replica it went through, died) can retry without acting twice.
 
         Raises:
             EpisodeNotFound: if there is no such episode.
             EpisodeOver: if it has already ended.
         """
         episode = self._find(episode_id)
+        if request_id is not None and request_id == episode.request_id and episode.answer:
+            return await asyncio.shield(episode.answer)
+        answer: asyncio.Future[StepOutcome] | None = None
+        if request_id is not None:
+            answer = asyncio.get_running_loop().create_future()
+            episode.request_id, episode.answer = request_id, answer
+        try:
+            outcome = await self._step(episode, action)
+        except BaseException as error:
+            if answer is not None:
+                if episode.answer is answer:  # a later retry runs it afresh
+                    episode.request_id, episode.answer = None, None
+                if isinstance(error, Exception):  # a retry waiting now gets the same error
+                    answer.set_exception(error)
+                    answer.exception()  # retrieved: no "never retrieved" warning
+                else:
+                    answer.cancel()
+            raise
+        if answer is not None:
+            answer.set_result(outcome)
+        return outcome
+
+    async def _step(self, episode: _Episode, action: Mapping[str, Any]) -> StepOutcome:
         episode.busy += 1
         try:
             async with episode.lock:
                 if episode.env is None:
                     raise EpisodeOver(
-                        f"episode {episode_id} has ended (reward {episode.reward}); open a new one"
+                        f"episode {episode.episode_id} has ended (reward {episode.reward}); "
+                        "open a new one"
                     )
                 observation, reward, terminated, truncated, info = await episode.env.step(action)
                 episode.steps += 1

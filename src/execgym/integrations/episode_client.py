@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
+import uuid
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -32,6 +34,9 @@ from execgym.errors import CapacityExceeded, EpisodeNotFound, EpisodeOver, Error
 
 RETRY_POLL_S = 5.0
 """Longest pause between two tries of an open refused with 429."""
+
+RETRIED_STATUSES = frozenset({None, 502, 503, 504})
+"""A step that got these (``None``: no answer at all) is sent again, with its id."""
 
 
 class EpisodeServiceError(Error):
@@ -54,6 +59,10 @@ class EpisodeClient:
         token: Its bearer token, if it has one.
         timeout_s: Seconds per request (a step runs a command: allow for it).
         max_wait_s: Seconds to keep retrying an open refused with 429.
+        step_retries: Times a step whose answer was lost (no answer, 502, 503, 504: a
+            replica behind the load balancer died) is sent again. Each step carries a
+            ``request_id``, so the service answers a step it already ran with its
+            outcome instead of running it twice.
         transport: An httpx transport (tests pass the app's ASGI transport).
     """
 
@@ -64,6 +73,7 @@ class EpisodeClient:
         token: str | None = None,
         timeout_s: float = 600.0,
         max_wait_s: float = 300.0,
+        step_retries: int = 3,
         transport: Any = None,
     ) -> None:
         try:
@@ -77,6 +87,7 @@ class EpisodeClient:
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
         )
         self._max_wait_s = max_wait_s
+        self._step_retries = step_retries
         self.tools: list[dict[str, Any]] | None = None
 
     async def __aenter__(self) -> EpisodeClient:
@@ -146,11 +157,23 @@ class EpisodeClient:
     async def step(self, episode_id: str, action: Mapping[str, Any]) -> StepTuple:
         """One action: ``(observation, reward, terminated, truncated, info)``.
 
+        Sent again up to ``step_retries`` times when its answer is lost (the same
+        ``request_id``: run once).
+
         Raises:
             EpisodeNotFound: if the episode is gone (deleted or reclaimed idle).
             EpisodeOver: if it has ended.
+            EpisodeServiceError: refused, or no answer after the retries.
         """
-        result = await self._call("POST", f"/v1/episodes/{episode_id}/step", dict(action))
+        body = {"action": dict(action), "request_id": uuid.uuid4().hex}
+        for attempt in itertools.count():
+            try:
+                result = await self._call("POST", f"/v1/episodes/{episode_id}/step", body)
+                break
+            except EpisodeServiceError as error:
+                if attempt >= self._step_retries or error.status_code not in RETRIED_STATUSES:
+                    raise
+                await asyncio.sleep(min(0.5 * 2**attempt, RETRY_POLL_S))
         return (
             result["observation"],
             result["reward"],

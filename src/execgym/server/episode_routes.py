@@ -5,7 +5,9 @@
     POST   /v1/episodes              {"task_id": "..."} or {"task": {RepoTask}}
                                      -> 201 {episode_id, observation, tools}
     POST   /v1/episodes/{id}/step    {"tool": ..., "arguments": {...}} (or OpenAI's
-                                     {"name", "arguments": "<json>"}, or {"action": ...})
+                                     {"name", "arguments": "<json>"}, or {"action": ...,
+                                     "request_id": "..."}: a step sent again with the
+                                     id of the latest step is answered, not run again)
                                      -> {observation, reward, terminated, truncated, info}
     GET    /v1/episodes/{id}         -> its state: steps, last reward, finished or not
     DELETE /v1/episodes/{id}         -> its last state; the sandbox is reclaimed
@@ -158,7 +160,12 @@ async def step_episode(
 ) -> StepResponse:
     """Run one tool call in the episode."""
     try:
-        outcome = await backend_of(request).registry.step(episode_id, action_of(body))
+        request_id = body.get("request_id")
+        outcome = await backend_of(request).registry.step(
+            episode_id,
+            action_of(body),
+            request_id=request_id if isinstance(request_id, str) and request_id else None,
+        )
     except EpisodeNotFound as error:
         raise not_found(error) from error
     except EpisodeOver as error:

@@ -88,7 +88,9 @@ async def step(body: StepRequest, request: Request) -> EnvResponse:
             'give "episode_id": the one /reset answered (observation.episode_id)',
         )
     try:
-        outcome = await backend_of(request).registry.step(body.episode_id, action_of(body.action))
+        outcome = await backend_of(request).registry.step(
+            body.episode_id, action_of(body.action), request_id=body.request_id or None
+        )
     except EpisodeNotFound as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from error
     except EpisodeOver as error:
