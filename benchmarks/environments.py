@@ -8,7 +8,8 @@ Prints, all measured in this run:
    default rlimits exceed the hard limits here) and plain ``runsc run`` of an OCI bundle
    whose root is the same image's unpacked root (``runsc spec``'s defaults, network
    off, as root), interleaved run by run so load hits all alike, with each one's ratio
-   to podman's p50 (target: warm start <= 1/10);
+   to podman's p50 (target: warm start <= 1/10); plus fresh bwrap in one of the task
+   environments of 3., whose unchanged directories are bound from the image's root;
 2. first-use cost: importing and unpacking the image into an empty cache, s per GiB;
 3. disk used by 12 task environments built from specs on one base (target: < 1.2x the
    base plus their own layers);
@@ -116,6 +117,13 @@ async def latency(tag: str | None, cache: EnvironmentCache, runs: int, scratch: 
     }
     if shutil.which("runsc"):
         boxes["gVisor (runsc)"] = open_sandbox("gvisor", environment=env)
+    # a task environment built on the image: its unchanged directories are the image's,
+    # bound over its own empty mount points (environments.sharing)
+    task = next((e for e in cache.list() if e.shared), None)
+    if task is not None:
+        boxes[f"fresh bwrap, task ({len(task.shared)} shared)"] = open_sandbox(
+            "bwrap", environment=task
+        )
     request = RunRequest(python_source=PROGRAM.encode(), limits=DEFAULT_LIMITS)
     for name, box in boxes.items():
 
@@ -161,11 +169,11 @@ async def latency(tag: str | None, cache: EnvironmentCache, runs: int, scratch: 
         await box.aclose()
     base = percentile(times["podman run --rm"], 0.5) if "podman run --rm" in times else None
     print(f"\n1. start-to-first-command, {runs} runs each (ms)")
-    print(f"{'way':<22}{'p50':>9}{'p99':>9}{'p50 / podman':>15}")
+    print(f"{'way':<32}{'p50':>9}{'p99':>9}{'p50 / podman':>15}")
     for name, values in times.items():
         ratio = f"{percentile(values, 0.5) / base:.3f}" if base else "-"
         print(
-            f"{name:<22}{percentile(values, 0.5):>9.1f}{percentile(values, 0.99):>9.1f}{ratio:>15}"
+            f"{name:<32}{percentile(values, 0.5):>9.1f}{percentile(values, 0.99):>9.1f}{ratio:>15}"
         )
 
 
