@@ -33,7 +33,7 @@ as the zygote's runs are never reaped by us). It is less sensitive than wall tim
 machine shared with other jobs.
 
     .venv/bin/python benchmarks/humaneval_throughput.py [--rounds 3] [--workers N]
-        [--before DIR] [--ways NAME,NAME]
+        [--before DIR] [--way NAME]...
 """
 
 from __future__ import annotations
@@ -240,7 +240,9 @@ def main() -> None:
     parser.add_argument(
         "--before", metavar="DIR", help="also run the warm pool from this checkout's src"
     )
-    parser.add_argument("--ways", help="run only these ways (comma-separated names)")
+    parser.add_argument(
+        "--way", action="append", metavar="NAME", help="run only this way (repeatable)"
+    )
     args = parser.parse_args()
     tasks = load_dataset("humaneval")
     print(
@@ -260,8 +262,8 @@ def main() -> None:
         "warm pool, empty program": empty_program,
         "the same, one process": lambda tasks, workers: empty_program(tasks, workers, ONE_PROCESS),
     }
-    if args.ways:
-        wanted = [name.strip() for name in args.ways.split(",")]
+    if args.way:
+        wanted = args.way
         unknown = [name for name in wanted if name not in ways]
         if unknown:
             parser.error(f"unknown ways {unknown}: choose among {list(ways)}")

@@ -46,6 +46,7 @@ reported as soon as PID 1 has written it, while PID 1's own exit (the teardown o
 run's namespaces) goes on in parallel (see :class:`RunEnd`).
 """
 
+import _signal
 import array
 import gc
 import json
@@ -65,6 +66,7 @@ from .zygote_world import (
     NetworkNamespaces,
     RunUids,
     clone_into_namespaces,
+    trim_heap,
 )
 
 PRELOADED = (
@@ -88,6 +90,8 @@ def serve():
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (OSError, ValueError):
         pass  # keep the soft limit: past it, a run fails alone (EMFILE), not the pool
+    gc.collect()
+    trim_heap()  # every run's fork copies what the zygote holds
     gc.freeze()
     control = socket.socket(fileno=int(sys.argv[-1]))
     control.setblocking(True)
@@ -214,8 +218,8 @@ class Zygote:
                 self.control.send(json.dumps(failed).encode())
                 return
             if pid == 0:
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _signal.set_wakeup_fd(-1)
+                _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # not signal: see zygote_world
                 self.control.close()
                 for other in self.ends.values():
                     other.close()
@@ -255,8 +259,8 @@ class Zygote:
                 thing.close()
             return
         if pid == 0:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _signal.set_wakeup_fd(-1)
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # not signal: see zygote_world
             self.control.close()
             parent_end.close()
             for _, other in self.staged.values():

@@ -6,10 +6,12 @@ or a staged one, :func:`staged_init`), how that child becomes the program
 (:func:`become_program`), and how PID 1 reports the run's end (:class:`RunEnd`).
 """
 
+import _signal
 import array
 import builtins
 import ctypes
 import fcntl
+import functools
 import gc
 import json
 import linecache
@@ -33,6 +35,7 @@ from .zygote_world import (
     open_io,
     prepare_world,
     read_all,
+    trim_heap,
     wchar,
     write_files,
 )
@@ -166,12 +169,16 @@ def become_program(header, fds, seccomp, end):
     as_init = code is not None
     if as_init:  # the solution processes it forks get neither the page nor the ignore
         os.register_at_fork(after_in_child=end.close)
+        # Every fork runs this, each call's fork of the solution too: the C function,
+        # not signal.signal (see the docstring of zygote_world: 70 page faults each).
         os.register_at_fork(
-            after_in_child=lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
+            after_in_child=functools.partial(
+                _signal.signal, _signal.SIGINT, _signal.default_int_handler
+            )
         )
     else:
         end.close()
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored in PID 1
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # ignored in PID 1
     io = None
     failed = None
     if code is None:
@@ -318,6 +325,7 @@ def preload(header, fd):
         os.write(2, f"execgym zygote: could not preload a program: {error!r}\n".encode())
     finally:
         os.close(fd)
+    trim_heap()
     gc.freeze()  # what it defined is never scanned by a run's collector either
 
 
@@ -376,7 +384,7 @@ def init_process(header, fds, seccomp, network, end, attached=False):
     try:
         # A program of the same uid may signal its PID 1; Python would turn SIGINT into
         # KeyboardInterrupt here. Other signals have no handler, so the kernel drops them.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
         if not attached:
             join_cgroups(header["cgroup_procs"])
         os.setsid()
