@@ -76,6 +76,7 @@ class RayEpisodes(EpisodeRouter):
         self.cpus_per_actor = cpus_per_actor
         self.idle_timeout_s = idle_timeout_s
         self._directory: Any = None
+        self._handles: dict[str, Any] = {}  # actor name -> handle
 
     def _ray(self) -> Any:
         return connect(self.url)
@@ -97,11 +98,26 @@ class RayEpisodes(EpisodeRouter):
             )
         return self._directory
 
-    def _handle(self, worker: str) -> Any | None:
-        try:
-            return self._ray().get_actor(worker, namespace=NAMESPACE)
-        except ValueError:  # no live actor has that name
-            return None
+    async def _lookup(self, worker: str) -> Any | None:
+        """The live actor of that name, asked of Ray (off the event loop: it blocks)."""
+        ray = self._ray()
+
+        def lookup() -> Any | None:
+            try:
+                return ray.get_actor(worker, namespace=NAMESPACE)
+            except ValueError:  # no live actor has that name
+                return None
+
+        handle = await asyncio.to_thread(lookup)
+        if handle is None:
+            self._handles.pop(worker, None)
+        else:
+            self._handles[worker] = handle
+        return handle
+
+    async def _handle(self, worker: str) -> Any | None:
+        """A known handle (a call through a dead one fails), else a lookup."""
+        return self._handles.get(worker) or await self._lookup(worker)
 
     async def workers(self) -> dict[str, dict[str, Any]]:
         """The live episode actors and their load; starts the missing ones first."""
@@ -113,7 +129,8 @@ class RayEpisodes(EpisodeRouter):
                 await directory.forget_host.remote(name)
             else:
                 loads[name] = load
-        wanted = self.actors or max(1, sum(1 for n in self._ray().nodes() if n.get("Alive")))
+        nodes = await asyncio.to_thread(self._ray().nodes)
+        wanted = self.actors or max(1, sum(1 for node in nodes if node.get("Alive")))
         for _ in range(wanted - len(loads)):
             name = f"execgym-episodes-{uuid.uuid4().hex[:8]}"
             self._start(name)
@@ -122,7 +139,7 @@ class RayEpisodes(EpisodeRouter):
         return loads
 
     async def _load(self, name: str) -> dict[str, Any] | None:
-        handle = self._handle(name)
+        handle = await self._handle(name)
         if handle is None:
             return None
         import ray.exceptions
@@ -130,18 +147,23 @@ class RayEpisodes(EpisodeRouter):
         try:
             return dict(await handle.load.remote())
         except ray.exceptions.RayActorError:
+            self._handles.pop(name, None)
             return None
 
     def _start(self, name: str) -> None:
         ray = self._ray()
-        ray.remote(EpisodeActor).options(
-            name=name,
-            namespace=NAMESPACE,
-            lifetime="detached",  # outlives the front end that started it
-            num_cpus=self.cpus_per_actor,
-            scheduling_strategy="SPREAD",
-            max_restarts=0,  # a restarted actor would hold none of its sessions
-        ).remote(name, self.directory(), self.max_episodes, self.idle_timeout_s)
+        self._handles[name] = (
+            ray.remote(EpisodeActor)
+            .options(
+                name=name,
+                namespace=NAMESPACE,
+                lifetime="detached",  # outlives the front end that started it
+                num_cpus=self.cpus_per_actor,
+                scheduling_strategy="SPREAD",
+                max_restarts=0,  # a restarted actor would hold none of its sessions
+            )
+            .remote(name, self.directory(), self.max_episodes, self.idle_timeout_s)
+        )
         log.info("episode_actor_started name=%s", name)
 
     def no_worker(self) -> BrokerError:
@@ -160,7 +182,7 @@ class RayEpisodes(EpisodeRouter):
 
     async def alive(self, worker: str) -> bool:
         """Whether an actor of that name is alive (Ray resolves the name)."""
-        return self._handle(worker) is not None
+        return await self._lookup(worker) is not None
 
     async def lose(self, episode_id: str, worker: str) -> EpisodeView:
         """End the episode masked (its actor is gone); its view."""
@@ -177,7 +199,7 @@ class RayEpisodes(EpisodeRouter):
             WorkerGone: the actor is dead (or its name resolves no more).
             BrokerError: the actor cannot be reached for now, though alive (retry).
         """
-        handle = self._handle(worker)
+        handle = await self._handle(worker)
         if handle is None:
             raise WorkerGone(worker)
         op, episode_id = request["op"], request["episode_id"]
@@ -192,6 +214,7 @@ class RayEpisodes(EpisodeRouter):
         try:
             return dict(await call)
         except exceptions.ActorDiedError as error:
+            self._handles.pop(worker, None)
             raise WorkerGone(worker) from error
         except exceptions.RayActorError as error:  # unavailable a moment, or dead
             if not await self.alive(worker):
@@ -211,7 +234,7 @@ class RayEpisodes(EpisodeRouter):
 
         ray, directory = self._ray(), self.directory()
         for name in await directory.host_names.remote():
-            handle = self._handle(name)
+            handle = await self._lookup(name)
             if handle is not None:
                 try:
                     await asyncio.wait_for(handle.shutdown.remote(), 30)
