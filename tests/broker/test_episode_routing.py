@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -64,6 +65,14 @@ async def test_any_front_end_reaches_an_episode_on_the_worker_with_room(
             second, _ = await a.open(TASK)
             owners = {(await b.get_view(e)).worker for e in (first, second)}
             assert owners == {"host0", "host1"}  # the second went to the emptier worker
+            argv = ["-m", "execgym", "status", "--broker", redis_server.url, "--prefix", "t"]
+            shown = await asyncio.create_subprocess_exec(
+                sys.executable, *argv, stdout=asyncio.subprocess.PIPE
+            )
+            output = (await shown.communicate())[0].decode()
+            assert shown.returncode == 0, output
+            assert "episode workers: 2 (2 live episodes)" in output
+            assert "host1: 1 of 2 episodes" in output
             await a.step(first, FIX)
             outcome = await b.step(first, SUBMIT)  # the other front end, the same session
             assert (outcome.reward, outcome.terminated) == (1.0, True)

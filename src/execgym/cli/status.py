@@ -117,11 +117,29 @@ async def _broker_status(url: str, prefix: str, reset_type: str | None, as_json:
         await broker.aclose()
         return json.dumps({"breakers": views}, indent=2)
     report = await describe_broker(broker)  # closes the broker
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        report += "\n" + await _episode_workers(url, prefix)
     if views is None:
         return f"{report}\nbreakers: this broker does not share them"
     shared = render_breakers(views)
     shared[0] += " (shared by every worker of the queue)"
     return "\n".join([report, *lines, *shared])
+
+
+async def _episode_workers(url: str, prefix: str) -> str:
+    """The live ``execgym episode-worker`` processes on this Redis and their episodes."""
+    from execgym.broker.episode_router import RoutedEpisodes
+
+    episodes = RoutedEpisodes(url, prefix=prefix)
+    try:
+        workers = await episodes.workers()
+    finally:
+        await episodes.aclose()
+    live = sum(int(info.get("live", 0)) for info in workers.values())
+    lines = [f"episode workers: {len(workers)} ({live} live episodes)"]
+    for name, info in sorted(workers.items()):
+        lines.append(f"  {name}: {info.get('live', 0)} of {info.get('max_episodes', '?')} episodes")
+    return "\n".join(lines)
 
 
 def _ray_status(url: str, reset_type: str | None) -> str:
