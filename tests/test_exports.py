@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import types
+
 import execgym
 
 
@@ -14,5 +16,5 @@ def test_all_is_sorted_and_complete() -> None:
     for name in names:
         assert hasattr(execgym, name), name
     public = {n for n in vars(execgym) if not n.startswith("_") and n != "annotations"}
-    modules = {n for n in public if type(getattr(execgym, n)).__name__ == "module"}
+    modules = {n for n in public if isinstance(getattr(execgym, n), types.ModuleType)}
     assert public - modules - set(names) == set()

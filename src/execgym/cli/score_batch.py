@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import signal
 import sys
+import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -189,6 +190,9 @@ async def _write_all(
     if not isinstance(sink, ResultsFile):
         raise TypeError(f"the progress bar writes to a ResultsFile, not {type(sink).__name__}")
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
+    # One process writes the bar: a thread lock, not tqdm's default, which imports
+    # multiprocessing for a cross-process lock (a hundredth of a second of start-up).
+    tqdm.set_lock(threading.RLock())
     # Log records go through tqdm.write while the bar shows: each on a line of its own,
     # the bar redrawn below it (a record written straight to stderr broke the bar).
     with (
@@ -319,7 +323,7 @@ def _load_for_scoring(
     the judges' harnesses (registered before the first run, so the warm pool preloads
     them) while the zygote boots.
     """
-    from execgym.diagnostics import parse_checks
+    from execgym.cli.score import diagnose_checks
     from execgym.judges.compile import Builder
     from execgym.scoring import Scorer
 
@@ -344,7 +348,7 @@ def _load_for_scoring(
         breakers=options.breakers,
         state=options.state,
         calibrator=calibrator,
-        diagnose=parse_checks(options.diagnose) if options.diagnose else None,
+        diagnose=diagnose_checks(options.diagnose) if options.diagnose else None,
     )
     return scorer, items
 

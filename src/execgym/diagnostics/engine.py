@@ -24,7 +24,7 @@ from execgym.diagnostics.python import PythonRun, run_python
 from execgym.errors import ConfigError, Error
 from execgym.judges.base import Judgement, Verdict
 from execgym.judges.compile import Builder
-from execgym.judges.diagnosis import CHECKS, Diagnostics, Section
+from execgym.judges.diagnosis import CHECKS, Diagnostics, Section, checks_for
 from execgym.limits import Limits
 from execgym.sandbox.base import Sandbox
 from execgym.tasks.models import Task
@@ -80,10 +80,8 @@ class Diagnoser:
         return self._builder
 
     def checks_for(self, task: Task) -> tuple[str, ...]:
-        """The checks a rollout of ``task`` gets (empty: none)."""
-        if self.checks is not None:
-            return self.checks
-        return tuple(task.diagnose.checks) if task.diagnose is not None else ()
+        """The checks a rollout of ``task`` gets (empty: none; see :func:`checks_for`)."""
+        return checks_for(task, self.checks)
 
     async def diagnose(
         self,

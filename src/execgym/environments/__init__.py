@@ -8,16 +8,23 @@ declarative spec built once on top of another environment
 ``"environment"``. See ``docs/environments.md`` for the whole story.
 """
 
-from execgym.environments.cache import (
-    DiskUse,
-    EnvironmentCache,
-    EnvironmentNotFound,
-    default_cache_dir,
-    find_python,
-)
-from execgym.environments.layers import LayerError, UnpackedLayer
-from execgym.environments.model import HOST, HOST_NAME, Environment, EnvironmentConfig
-from execgym.environments.oci import ImageError, ImageSource, read_image
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from execgym.lazy_exports import lazy_package
+
+if TYPE_CHECKING:
+    from execgym.environments.cache import (
+        DiskUse,
+        EnvironmentCache,
+        EnvironmentNotFound,
+        default_cache_dir,
+        find_python,
+    )
+    from execgym.environments.layers import LayerError, UnpackedLayer
+    from execgym.environments.model import HOST, HOST_NAME, Environment, EnvironmentConfig
+    from execgym.environments.oci import ImageError, ImageSource, read_image
 
 __all__ = [
     "HOST",
@@ -35,3 +42,23 @@ __all__ = [
     "find_python",
     "read_image",
 ]
+
+lazy_package(
+    __name__,
+    {
+        "DiskUse": "execgym.environments.cache",
+        "Environment": "execgym.environments.model",
+        "EnvironmentCache": "execgym.environments.cache",
+        "EnvironmentConfig": "execgym.environments.model",
+        "EnvironmentNotFound": "execgym.environments.cache",
+        "HOST": "execgym.environments.model",
+        "HOST_NAME": "execgym.environments.model",
+        "ImageError": "execgym.environments.oci",
+        "ImageSource": "execgym.environments.oci",
+        "LayerError": "execgym.environments.layers",
+        "UnpackedLayer": "execgym.environments.layers",
+        "default_cache_dir": "execgym.environments.cache",
+        "find_python": "execgym.environments.cache",
+        "read_image": "execgym.environments.oci",
+    },
+)

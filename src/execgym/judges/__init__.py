@@ -10,17 +10,22 @@ script of a harness, for the episodes' grader, which runs the pytest harness too
 
 from __future__ import annotations
 
-from execgym.judges._programs import harness_program
-from execgym.judges.assert_native import NativeAssertJudge
-from execgym.judges.assert_tests import AssertJudge
-from execgym.judges.base import ErrorDetail, Judgement, Verdict
-from execgym.judges.compare import compare_output, values_match
-from execgym.judges.compile import Builder
-from execgym.judges.function_call import FunctionCallJudge
-from execgym.judges.languages import Program
-from execgym.judges.pytest_tests import PytestJudge
-from execgym.judges.stdio import StdioJudge
-from execgym.judges.unittest_tests import UnittestJudge
+from typing import TYPE_CHECKING
+
+from execgym.lazy_exports import lazy_package
+
+if TYPE_CHECKING:
+    from execgym.judges._programs import harness_program
+    from execgym.judges.assert_native import NativeAssertJudge
+    from execgym.judges.assert_tests import AssertJudge
+    from execgym.judges.base import ErrorDetail, Judgement, Verdict
+    from execgym.judges.compare import compare_output, values_match
+    from execgym.judges.compile import Builder
+    from execgym.judges.function_call import FunctionCallJudge
+    from execgym.judges.languages import Program
+    from execgym.judges.pytest_tests import PytestJudge
+    from execgym.judges.stdio import StdioJudge
+    from execgym.judges.unittest_tests import UnittestJudge
 
 __all__ = [
     "AssertJudge",
@@ -38,3 +43,23 @@ __all__ = [
     "harness_program",
     "values_match",
 ]
+
+lazy_package(
+    __name__,
+    {
+        "AssertJudge": "execgym.judges.assert_tests",
+        "Builder": "execgym.judges.compile",
+        "ErrorDetail": "execgym.judges.base",
+        "FunctionCallJudge": "execgym.judges.function_call",
+        "Judgement": "execgym.judges.base",
+        "NativeAssertJudge": "execgym.judges.assert_native",
+        "Program": "execgym.judges.languages",
+        "PytestJudge": "execgym.judges.pytest_tests",
+        "StdioJudge": "execgym.judges.stdio",
+        "UnittestJudge": "execgym.judges.unittest_tests",
+        "Verdict": "execgym.judges.base",
+        "compare_output": "execgym.judges.compare",
+        "harness_program": "execgym.judges._programs",
+        "values_match": "execgym.judges.compare",
+    },
+)

@@ -13,6 +13,7 @@ import sys
 from types import CodeType
 
 from execgym import guest
+from execgym.program_cache import compile_cached
 from execgym.sandbox import register_trusted_program
 
 
@@ -21,11 +22,12 @@ def marshalled_program(source: bytes, filename: str = "runner.py") -> bytes:
 
     Compiling the harness's source costs about 10 ms per run on a loaded machine, more
     than the rest of the harness; a marshalled code object loads in well under 1 ms.
+    The compiled code is kept on disk between processes (:mod:`execgym.program_cache`).
     The sandbox runs the interpreter that runs execgym, so the format matches; should it
     not, the script stops before the harness starts, which the judge reports as a
     ``sandbox_error`` with the reason.
     """
-    return _script_for(compile(source, filename, "exec", dont_inherit=True, optimize=0))
+    return _script_for(compile_cached(source, filename))
 
 
 def _script_for(code: CodeType) -> bytes:
@@ -53,13 +55,14 @@ def harness_program(name: str) -> bytes:
     name = f"{name}.py"
     body = source.rstrip()
     if not body.endswith(b"\nmain()"):  # every harness ends by calling main()
-        code = compile(source, name, "exec", dont_inherit=True, optimize=0)
+        code = compile_cached(source, name)
         script = _script_for(code)
         register_trusted_program(script, code)
         return script
     # Compiled once (the harness source is large: compiling it twice was most of the
     # command line's start-up): the definitions, which the script runs, then main().
-    definitions = compile(body[: -len(b"main()")], name, "exec", dont_inherit=True, optimize=0)
+    # (kept on disk between processes too: execgym.program_cache)
+    definitions = compile_cached(body[: -len(b"main()")], name)
     script = _script_for(definitions) + b"main()\n"
     register_trusted_program(script, definitions, definitions=definitions, entry="main")
     return script

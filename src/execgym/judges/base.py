@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -222,7 +222,8 @@ class JudgeSet:
             as tests). What a reward specification asks for is turned into these by
             :class:`execgym.scoring.core.Scoring`.
         swe: The judge of ``swe`` tasks (:class:`execgym.episodes.swe.SweJudge`; it
-            scores with the episodes' grader, which judges/ does not import).
+            scores with the episodes' grader, which judges/ does not import), or a
+            function of no arguments that makes it when the first ``swe`` task comes.
     """
 
     def __init__(
@@ -232,14 +233,17 @@ class JudgeSet:
         cases: bool = False,
         measure_reference: bool = False,
         python_assert: Judge | None = None,
-        swe: Judge | None = None,
+        swe: Judge | Callable[[], Judge] | None = None,
     ) -> None:
         self._builder = builder
         self._cases = cases
         self._measure_reference = measure_reference
         self._made: dict[str, Judge] = {} if python_assert is None else {"assert": python_assert}
-        if swe is not None:
+        self._swe: Callable[[], Judge] | None = None
+        if isinstance(swe, Judge) and not isinstance(swe, type):  # a judge, not a class
             self._made["swe"] = swe
+        elif swe is not None:
+            self._swe = swe
 
     @property
     def builder(self) -> Builder:
@@ -265,28 +269,37 @@ class JudgeSet:
         return judge
 
     def _make(self, key: str) -> Judge:
-        from execgym.judges.assert_native import NativeAssertJudge
-        from execgym.judges.assert_tests import AssertJudge
-        from execgym.judges.function_call import FunctionCallJudge
-        from execgym.judges.pytest_tests import PytestJudge
-        from execgym.judges.stdio import StdioJudge
-        from execgym.judges.unittest_tests import UnittestJudge
-
+        # Each kind's module is imported when its first task comes: a batch of one
+        # kind loads one judge.
         if key == "stdio":
+            from execgym.judges.stdio import StdioJudge
+
             return StdioJudge(self.builder)
         if key == "function_call":
+            from execgym.judges.function_call import FunctionCallJudge
+
             return FunctionCallJudge()
         if key == "pytest":
+            from execgym.judges.pytest_tests import PytestJudge
+
             return PytestJudge()
         if key == "unittest":
+            from execgym.judges.unittest_tests import UnittestJudge
+
             return UnittestJudge()
+        if key == "swe" and self._swe is not None:
+            return self._swe()
         if key == "swe":
             raise ConfigError(
                 "swe tasks need the SWE judge: JudgeSet(swe=execgym.episodes.swe.SweJudge()) "
                 "(execgym score and the workers give it)"
             )
         if key == "native":
+            from execgym.judges.assert_native import NativeAssertJudge
+
             return NativeAssertJudge(self.builder)
+        from execgym.judges.assert_tests import AssertJudge
+
         return AssertJudge(cases=self._cases, measure_reference=self._measure_reference)
 
 

@@ -17,10 +17,26 @@ failure the host provably caused (the harness never started) is the ``host``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from execgym.tasks.models import Task
 
 CHECKS = ("leaks", "hotspots", "complexity")
 """The diagnostics, in the order they run."""
+
+
+def checks_for(task: Task, checks: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The checks a rollout of ``task`` gets (empty: none).
+
+    Args:
+        task: The task; its ``diagnose.checks`` count when ``checks`` is ``None``.
+        checks: The run's checks (``--diagnose``), which override every task's.
+    """
+    if checks is not None:
+        return checks
+    return tuple(task.diagnose.checks) if task.diagnose is not None else ()
+
 
 Status = Literal["measured", "not_applicable", "failed"]
 

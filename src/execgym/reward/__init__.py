@@ -8,22 +8,27 @@ in [0, 1] with a per-component :class:`RewardBreakdown`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from execgym.judges.base import Verdict
-from execgym.reward.combine import ComponentScore, RewardBreakdown, combine
-from execgym.reward.evaluate import evaluate
-from execgym.reward.spec import (
-    PRESETS,
-    Complexity,
-    Correctness,
-    Coverage,
-    Efficiency,
-    Penalty,
-    RewardSpec,
-    Security,
-    Static,
-    load_spec,
-    parse_spec,
-)
+from execgym.lazy_exports import lazy_package
+
+if TYPE_CHECKING:
+    from execgym.reward.combine import ComponentScore, RewardBreakdown, combine
+    from execgym.reward.evaluate import evaluate
+    from execgym.reward.spec import (
+        PRESETS,
+        Complexity,
+        Correctness,
+        Coverage,
+        Efficiency,
+        Penalty,
+        RewardSpec,
+        Security,
+        Static,
+        load_spec,
+        parse_spec,
+    )
 
 
 def binary_reward(verdict: Verdict) -> float | None:
@@ -56,3 +61,24 @@ __all__ = [
     "load_spec",
     "parse_spec",
 ]
+
+lazy_package(
+    __name__,
+    {
+        "Complexity": "execgym.reward.spec",
+        "ComponentScore": "execgym.reward.combine",
+        "Correctness": "execgym.reward.spec",
+        "Coverage": "execgym.reward.spec",
+        "Efficiency": "execgym.reward.spec",
+        "PRESETS": "execgym.reward.spec",
+        "Penalty": "execgym.reward.spec",
+        "RewardBreakdown": "execgym.reward.combine",
+        "RewardSpec": "execgym.reward.spec",
+        "Security": "execgym.reward.spec",
+        "Static": "execgym.reward.spec",
+        "combine": "execgym.reward.combine",
+        "evaluate": "execgym.reward.evaluate",
+        "load_spec": "execgym.reward.spec",
+        "parse_spec": "execgym.reward.spec",
+    },
+)

@@ -13,21 +13,24 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
-from execgym.calibration import Calibrator
-from execgym.environments.routing import EnvironmentSandboxes
 from execgym.judges.base import Judgement, JudgeSet
-from execgym.judges.compile import Builder
 from execgym.limits import DEFAULT_LIMITS, Limits
-from execgym.ops.breakers import Breakers
-from execgym.ops.metrics import Metrics
-from execgym.reward import RewardSpec
-from execgym.sandbox.base import Sandbox
 from execgym.scoring.core import Scoring, score_rollout, score_unusable
 from execgym.scoring.results import ScoredRollout
 from execgym.scoring.selftest import self_test
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Rollout, Task
+
+if TYPE_CHECKING:  # imported by whoever gives them (a batch without them needs none)
+    from execgym.calibration import Calibrator
+    from execgym.environments.routing import EnvironmentSandboxes
+    from execgym.judges.compile import Builder
+    from execgym.ops.breakers import Breakers
+    from execgym.ops.metrics import Metrics
+    from execgym.reward import RewardSpec
+    from execgym.sandbox.base import Sandbox
 
 
 class Scorer:

@@ -14,15 +14,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from execgym.calibration import Calibration, Calibrator, Measured
-from execgym.diagnostics import Diagnoser
-from execgym.environments.routing import EnvironmentSandboxes, default_store
-from execgym.episodes.swe import SweJudge
 from execgym.errors import ConfigError, Error, TaskError
-from execgym.judges.base import Judgement, JudgeSet, Verdict
-from execgym.judges.compile import Builder
+from execgym.judges.base import Judge, Judgement, JudgeSet, Verdict
+from execgym.judges.diagnosis import checks_for
 from execgym.judges.effective import effective_limits
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.ops.breakers import (
@@ -34,17 +30,30 @@ from execgym.ops.breakers import (
     dataset_of,
     is_infrastructure_failure,
 )
-from execgym.ops.metrics import Metrics
-from execgym.reward import RewardSpec, binary_reward, evaluate
-from execgym.reward.coverage import CoverageJudge
-from execgym.reward.evaluate import check_tools
-from execgym.sandbox.base import Sandbox
+from execgym.reward import binary_reward
 from execgym.scoring.results import ScoredRollout, invalid_result
 from execgym.tasks.extract import extract_code
 from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Rollout, Task
 
+if TYPE_CHECKING:  # the rest is imported where a batch uses it (a reward, diagnostics...)
+    from execgym.calibration import Calibration, Calibrator, Measured
+    from execgym.diagnostics import Diagnoser
+    from execgym.environments.routing import EnvironmentSandboxes
+    from execgym.judges.compile import Builder
+    from execgym.ops.metrics import Metrics
+    from execgym.reward import RewardSpec
+    from execgym.sandbox.base import Sandbox
+
 log = logging.getLogger("execgym.scoring")
+
+
+def _swe_judge() -> Judge:
+    """The judge of ``swe`` tasks, made when a batch has one (it loads the episodes)."""
+    from execgym.episodes.swe import SweJudge
+
+    return SweJudge()
+
 
 SANDBOX_ATTEMPTS = 2
 """A ``sandbox_error`` is retried once; if it fails again, the reward is masked."""
@@ -100,8 +109,15 @@ class Scoring:
         environments: EnvironmentSandboxes | None = None,
         diagnose: tuple[str, ...] | None = None,
     ) -> None:
+        python_assert: Judge | None = None
         if reward is not None:
+            from execgym.reward.evaluate import check_tools
+
             check_tools(reward)
+            if reward.needs_coverage:  # the completion is tests, run on the reference
+                from execgym.reward.coverage import CoverageJudge
+
+                python_assert = CoverageJudge()
         self.sandbox = sandbox
         self.limits = limits
         self.reward = reward
@@ -109,15 +125,24 @@ class Scoring:
             builder,
             cases=reward is not None and reward.needs_cases,
             measure_reference=reward is not None and reward.needs_reference,
-            # a coverage reward: the completion is tests, run on the reference
-            python_assert=CoverageJudge() if reward is not None and reward.needs_coverage else None,
-            swe=SweJudge(),
+            python_assert=python_assert,
+            swe=_swe_judge,
         )
         self.breakers = breakers
         self.metrics = metrics
         self.calibrator = calibrator
         self.environments = environments
-        self.diagnoser = Diagnoser(diagnose, builder=lambda: self.judges.builder)
+        self.diagnose_checks = diagnose
+        self._diagnoser: Diagnoser | None = None
+
+    @property
+    def diagnoser(self) -> Diagnoser:
+        """Runs the diagnostics (made on first use: most batches have none)."""
+        if self._diagnoser is None:
+            from execgym.diagnostics import Diagnoser
+
+            self._diagnoser = Diagnoser(self.diagnose_checks, builder=lambda: self.judges.builder)
+        return self._diagnoser
 
     def task_type(self, task: Task) -> str:
         """The type of ``task`` for breakers and metrics (the breakers' key, else data set)."""
@@ -145,7 +170,7 @@ class Scoring:
 
         They run in the task's sandbox under ``limits`` (:mod:`execgym.diagnostics`).
         """
-        if not self.diagnoser.checks_for(task):
+        if not checks_for(task, self.diagnose_checks):
             return judgement
         completion = extract_code(rollout.completion, task.language)
         sandbox = await self.sandbox_for(task)
@@ -162,6 +187,8 @@ class Scoring:
         if task.environment is None or task.environment == "host":
             return self.sandbox
         if self.environments is None:
+            from execgym.environments.routing import EnvironmentSandboxes, default_store
+
             self.environments = EnvironmentSandboxes(self.sandbox, store=default_store())
         sandbox: Sandbox = await self.environments.sandbox_for(task.environment)
         return sandbox
@@ -379,6 +406,8 @@ async def _judged(
     reward = binary_reward(judgement.verdict)
     breakdown = None
     if scoring.reward is not None:
+        from execgym.reward import evaluate
+
         breakdown = await evaluate(scoring.reward, task, rollout.completion, judgement)
         reward = breakdown.total
     return ScoredRollout(
