@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from execgym import Limits, Rollout, RolloutLine, Scorer, Task, Verdict
+from execgym import Limits, Rollout, RolloutLine, ScoredRollout, Scorer, Task, Verdict
 from execgym.errors import SandboxSetupFailed
 from execgym.judges.assert_tests import START_MARKER, _parse_report, job_nonce
 from execgym.sandbox import RunRequest, RunResult, Status
@@ -117,22 +117,29 @@ async def test_a_crashing_judge_is_masked_not_zero(monkeypatch) -> None:
 
 
 async def test_score_streams_results_and_returns_them_in_input_order() -> None:
-    delays = {0: 0.03, 1: 0.0, 2: 0.01}
+    # Finishing order 1, 2, 0: each run waits until the result it follows was handed
+    # on (sleeps of 10-30 ms were reordered on a loaded machine).
+    handed = {index: asyncio.Event() for index in range(3)}
+    waits_for = {0: 2, 2: 1}
 
     async def slow_run(request: RunRequest) -> RunResult:
         stdin = request.stdin
         index = int(stdin.split(b"return ")[1].split(b"\n")[0])
-        await asyncio.sleep(delays[index])
+        if index in waits_for:
+            await handed[waits_for[index]].wait()
         nonce = job_nonce(stdin)
         return fake_result(report=START_MARKER + nonce + b'\n{"verdict": "passed"}\n')
 
     box = FakeSandbox(passing)
     box.run = slow_run  # type: ignore[method-assign]
     seen: list[int] = []
+
+    def on_result(result: ScoredRollout) -> None:
+        seen.append(result.index)
+        handed[result.index].set()
+
     items = [line(i, completion=f"    return {i}\n") for i in range(3)]
-    results = await Scorer({"t/1": TASK}, box).score(
-        items, workers=3, on_result=lambda r: seen.append(r.index)
-    )
+    results = await Scorer({"t/1": TASK}, box).score(items, workers=3, on_result=on_result)
     assert seen == [1, 2, 0]
     assert [r.index for r in results] == [0, 1, 2]
 
