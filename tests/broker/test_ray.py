@@ -14,10 +14,10 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -248,7 +248,6 @@ async def test_the_trainer_client_scores_on_the_cluster_with_the_env_var(
 def test_execgym_score_broker_ray_keeps_input_order_and_the_reward(
     ray_cluster: Any, tmp_path: Any
 ) -> None:
-    import json
 
     import ray
     from click.testing import CliRunner
@@ -280,46 +279,49 @@ def test_execgym_score_broker_ray_keeps_input_order_and_the_reward(
     assert "broker: ray" in shown.output
 
 
-DRIVER = """
-import asyncio, json, os, signal, sys
-import ray
-from execgym.broker.ray_episodes import RayEpisodes
-from execgym.episodes import example_tasks, find_task
-
-async def main():
-    episodes = RayEpisodes(actors=1, cpus_per_actor=0)
-    episode_id, _ = await episodes.open(find_task(sys.argv[2], example_tasks()))
-    outcome = await episodes.step(episode_id, json.loads(sys.argv[3]))
-    print(episode_id, outcome.reward, flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)  # the front end dies, with no goodbye
-
-ray.init(address=sys.argv[1], namespace="execgym", log_to_driver=False)
-asyncio.run(main())
-"""
-
-
-async def test_an_episode_on_a_ray_actor_outlives_its_front_end_and_ends_masked_with_it(
-    ray_cluster: Any,
+async def test_an_episode_on_a_ray_actor_outlives_its_replica_and_ends_masked_with_it(
+    ray_cluster: Any, tmp_path: Path
 ) -> None:
-    """A driver process opens an episode (starting the episode actors and the directory)
-    and is SIGKILLed; this process finishes it (reward 1). An actor killed under an
-    episode ends it with reward null and the reason; nothing the agent does can."""
+    """A real ``execgym serve`` replica attached to the cluster opens an episode
+    (starting the episode actors and the directory) and is SIGKILLed; this process
+    finishes it (reward 1). An agent that kills its sandbox gets 0; an actor killed under
+    an episode ends it with reward null and the reason."""
+    import httpx
     import ray
 
     from execgym.broker.ray_episodes import RayEpisodes
     from execgym.episodes import example_tasks, find_task
     from execgym.errors import EpisodeOver
     from tests.episode_scripts import PAGER, solution
+    from tests.server.test_episode_replicas import wait_healthy
+    from tests.server.test_serve import free_port
 
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": ray_cluster.address,  # what "ray" (address="auto") attaches to
+        "EXECGYM_SERVER_EPISODE_BROKER": "ray",
+        "EXECGYM_SERVER_EPISODE_ACTOR_CPUS": "0.1",
+    }
     actions = solution(PAGER)
-    argv = [sys.executable, "-c", DRIVER, ray_cluster.address, PAGER, json.dumps(actions[0])]
-    driver = await asyncio.to_thread(
-        subprocess.run, argv, capture_output=True, text=True, timeout=180, check=False
-    )
-    assert driver.returncode == -signal.SIGKILL, driver.stderr[-2000:]
-    episode_id, first_reward = driver.stdout.split()
-    assert first_reward == "0.0"
-    episodes = RayEpisodes(actors=1, cpus_per_actor=0)
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "execgym", "serve", "--port", url.rsplit(":", 1)[1]]
+    with (tmp_path / "serve.log").open("wb") as log:
+        replica = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        await asyncio.to_thread(wait_healthy, url, replica, tmp_path / "serve.log")
+        opened = await asyncio.to_thread(
+            httpx.post, f"{url}/v1/episodes", json={"task_id": PAGER}, timeout=180
+        )
+        assert opened.status_code == 201, opened.text
+        episode_id = opened.json()["episode_id"]
+        first = await asyncio.to_thread(
+            httpx.post, f"{url}/v1/episodes/{episode_id}/step", json=actions[0], timeout=60
+        )
+        assert first.json()["reward"] == 0.0
+    finally:
+        replica.kill()  # the replica dies, with no goodbye
+        await asyncio.to_thread(replica.wait)
+    episodes = RayEpisodes(cpus_per_actor=0.1)
     try:
         outcomes = [await episodes.step(episode_id, action) for action in actions[1:]]
         assert (outcomes[-1].reward, outcomes[-1].terminated) == (1.0, True)

@@ -37,7 +37,8 @@ HEARTBEAT_TTL_S = 3.0  # refreshed each second: a loaded machine does not miss i
 pytestmark = pytest.mark.timeout(300)
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait for ``execgym serve`` at ``url`` to answer ``/healthz``; fail with its log."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -83,7 +84,7 @@ def deployment(tmp_path: Path) -> Iterator[dict[str, object]]:
                     for i, port in enumerate(ports)]  # fmt: skip
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         for i, (url, proc) in enumerate(zip(urls, replicas, strict=True)):
-            _wait_healthy(url, proc, tmp_path / f"replica{i}.log")
+            wait_healthy(url, proc, tmp_path / f"replica{i}.log")
         yield {"worker": worker, "replicas": replicas, "urls": urls, "redis": redis}
     finally:
         for proc in procs:

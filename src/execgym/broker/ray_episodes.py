@@ -53,6 +53,8 @@ class RayEpisodes(EpisodeRouter):
         cpus_per_actor: CPUs each actor reserves in Ray's accounting.
         idle_timeout_s: Seconds without a step before an episode is closed.
         open_attempts: Actors tried in turn for one open.
+        start_timeout_s: How long new actors may take to be placed and start; then
+            the open fails (503) naming the likely cause (no free CPUs).
 
     Raises:
         ConfigError: Ray is not installed, or the URL is not a Ray URL.
@@ -68,8 +70,10 @@ class RayEpisodes(EpisodeRouter):
         cpus_per_actor: float = 1.0,
         idle_timeout_s: float = 300.0,
         open_attempts: int = 2,
+        start_timeout_s: float = 120.0,
     ) -> None:
         super().__init__(open_attempts=open_attempts)
+        self.start_timeout_s = start_timeout_s
         self.url = url
         self.actors = actors
         self.max_episodes = max_episodes
@@ -131,12 +135,35 @@ class RayEpisodes(EpisodeRouter):
                 loads[name] = load
         nodes = await asyncio.to_thread(self._ray().nodes)
         wanted = self.actors or max(1, sum(1 for node in nodes if node.get("Alive")))
-        for _ in range(wanted - len(loads)):
-            name = f"execgym-episodes-{uuid.uuid4().hex[:8]}"
+        started = [f"execgym-episodes-{uuid.uuid4().hex[:8]}" for _ in range(wanted - len(loads))]
+        for name in started:
             self._start(name)
+        if started:
+            await self._wait_placed(started, nodes)
+        for name in started:
             await directory.register.remote(name)
             loads[name] = {"live": 0, "max_episodes": self.max_episodes}
         return loads
+
+    async def _wait_placed(self, names: list[str], nodes: list[dict[str, Any]]) -> None:
+        """Wait until the new actors answer; kill them and raise if they never do."""
+        handles = [self._handles[name] for name in names]
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(handle.load.remote() for handle in handles)),
+                self.start_timeout_s,
+            )
+        except TimeoutError as error:
+            ray = self._ray()
+            for name, handle in zip(names, handles, strict=True):
+                ray.kill(handle)
+                self._handles.pop(name, None)
+            cpus = sum(float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive"))
+            raise BrokerUnavailable(
+                f"{len(names)} episode actor(s) of {self.cpus_per_actor:g} CPU(s) each were "
+                f"not placed within {self.start_timeout_s:g} s: the cluster ({cpus:g} CPUs) "
+                "may have none free; give fewer actors or a smaller cpus_per_actor"
+            ) from error
 
     async def _load(self, name: str) -> dict[str, Any] | None:
         handle = await self._handle(name)

@@ -238,6 +238,7 @@ def default_episodes(settings: ServerSettings) -> EpisodeBackend:
         on_ray = RayEpisodes(
             broker,
             max_episodes=settings.max_episodes,
+            cpus_per_actor=settings.episode_actor_cpus,
             idle_timeout_s=settings.episode_idle_timeout_s,
         )
         return EpisodeBackend(on_ray, catalog, tool_schemas)

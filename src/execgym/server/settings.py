@@ -63,6 +63,8 @@ class ServerSettings:
             episodes live in this process (``max_episodes``, ``episode_idle_timeout_s``).
         episode_prefix: The Redis key prefix of ``episode_broker`` (the workers'
             ``--prefix``).
+        episode_actor_cpus: With ``episode_broker`` ``ray``: the CPUs each episode
+            actor reserves in Ray's accounting (its sessions' commands use them).
         pod_name: Reported as ``executor_pod_name`` by ``/run_code`` (in Kubernetes, set
             ``EXECGYM_SERVER_POD_NAME`` from the pod's ``metadata.name``).
         run_code_network: The network of ``/run_code`` programs whose request does not
@@ -100,6 +102,7 @@ class ServerSettings:
     episode_tasks: str | None = None
     episode_broker: str | None = None
     episode_prefix: str = "execgym"
+    episode_actor_cpus: float = 1.0
     run_code_network: str = "none"
 
     def __post_init__(self) -> None:
