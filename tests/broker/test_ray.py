@@ -360,3 +360,24 @@ def test_calibration_diagnostics_and_completion_order_through_ray(
     indexes = [r["index"] for r in results]
     assert indexes[0] != 0  # as they finished: the slow first rollout was not first
     check_parity(results, embedded_parity)
+
+
+async def test_serve_with_broker_ray_scores_http_jobs_on_the_actors(ray_cluster: Any) -> None:
+    """``execgym serve --broker ray``: ``/v1/score`` jobs go to sandbox actors."""
+    from execgym.server import ServerSettings
+    from execgym.testing import FakeSandbox, fake_result
+    from tests.server.conftest import NO_TOOLS, serving
+
+    never = FakeSandbox(lambda call: fake_result(exit_code=1))  # the service runs nothing
+    settings = ServerSettings(broker="ray", warm_pool=False, workers=1, breakers="off")
+    body = {
+        "tasks": [SQUARE.model_dump(mode="json")],
+        "rollouts": [{"task_id": SQUARE.task_id, "completion": c} for c in COMPLETIONS[:3]],
+        "limits": {"wall_time_s": 5},
+    }
+    async with serving(settings=settings, sandbox=never, toolchains=NO_TOOLS) as client:
+        job = (await client.post("/v1/score", json=body)).json()
+        status = (await client.get("/v1/status")).json()
+    assert never.calls == []
+    assert [r["verdict"] for r in job["results"]] == ["passed", "failed", "error"]
+    assert status["completed"] == 3

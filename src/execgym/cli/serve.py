@@ -79,6 +79,14 @@ def check_exposure(host: str, token: str | None, allowed: bool) -> None:
     help=f"Circuit breakers for /v1/score, as for score [default: {DEFAULT_SPEC}].",
 )
 @click.option(
+    "--broker",
+    "broker_url",
+    default=None,
+    help="Where /v1/score jobs are judged: embedded (here), redis://HOST:PORT/DB "
+    "(execgym worker processes on that Redis) or ray / ray://HOST:PORT "
+    "[env: EXECGYM_SERVER_BROKER; default: embedded].",
+)
+@click.option(
     "--run-code-network",
     type=click.Choice(["none", "loopback"]),
     default=None,
@@ -111,6 +119,7 @@ def serve(
     warm_pool: bool | None,
     allow_root: bool | None,
     breakers_spec: str | None,
+    broker_url: str | None,
     run_code_network: str | None,
     max_body: int | None,
     allow_no_token: bool | None,
@@ -137,6 +146,7 @@ def serve(
             warm_pool=warm_pool,
             allow_root=allow_root or None,
             breakers=breakers_spec,
+            broker=broker_url,
             run_code_network=run_code_network,
             max_body_bytes=max_body,
             allow_no_token=allow_no_token or None,

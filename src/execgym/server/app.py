@@ -13,6 +13,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
@@ -35,7 +36,7 @@ from execgym.sandbox.bwrap import interpreter_paths
 from execgym.scoring import ScoredRollout
 from execgym.server.capacity import BoundedSandbox, Capacity
 from execgym.server.episode_routes import EpisodeBackend, episodes
-from execgym.server.jobs import EmbeddedJobRunner, JobRunner
+from execgym.server.jobs import BrokerJobRunner, EmbeddedJobRunner, JobRunner
 from execgym.server.languages import Toolchains, find_toolchains
 from execgym.server.metrics import Metrics
 from execgym.server.middleware import BodyLimit, RequestMetrics
@@ -134,7 +135,8 @@ def create_app(
             default.
         toolchains: Host compilers and interpreters; looked up on ``PATH`` by default.
         jobs: Builds the job runner from the bounded sandbox and the shared capacity;
-            :class:`EmbeddedJobRunner` by default (a broker-backed runner goes here).
+            by default :class:`BrokerJobRunner` on ``settings.broker`` when it is one,
+            else :class:`EmbeddedJobRunner`.
         episodes_backend: The agent episodes behind ``/v1/episodes`` and OpenEnv's
             ``/reset`` and ``/step`` (tests pass fakes); by default
             :mod:`execgym.episodes` in this process, on the shipped example tasks and
@@ -160,10 +162,20 @@ def create_app(
         metrics.rollouts.labels(result.verdict.value).inc()
         board.record(result)
 
-    runner = (
-        jobs(bounded, capacity)
-        if jobs is not None
-        else EmbeddedJobRunner(
+    runner: JobRunner
+    if jobs is not None:
+        runner = jobs(bounded, capacity)
+    elif settings.broker != "embedded":
+        runner = BrokerJobRunner(
+            open_job_broker(settings),
+            capacity,
+            ttl_s=settings.job_ttl_s,
+            on_result=count,
+            metrics=metrics,
+        )
+        board.shared = runner
+    else:
+        runner = EmbeddedJobRunner(
             bounded,
             capacity,
             workers=settings.workers,
@@ -172,7 +184,6 @@ def create_app(
             breakers=breakers,
             metrics=metrics,
         )
-    )
     service = Service(settings, bounded, toolchains, capacity, runner, metrics)
     service.status = board
     episode_backend = episodes_backend or default_episodes(settings)
@@ -214,6 +225,36 @@ def create_app(
     )
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
+
+
+def open_job_broker(settings: ServerSettings) -> Any:
+    """The broker ``/v1/score`` jobs go through (``settings.broker``, not ``embedded``).
+
+    Redis: the queue ``execgym worker`` processes consume (their reward, breakers and
+    sandboxes apply). Ray: sandbox actors started on the cluster at the first job,
+    with this service's isolation and ``breakers`` (one board for the cluster).
+
+    Raises:
+        BrokerUnavailable: for a Redis URL that cannot be used.
+        ConfigError: Ray is not installed.
+    """
+    url = settings.broker
+    if url == "ray" or url.startswith("ray://"):
+        from execgym.broker.ray_actors import ActorConfig
+        from execgym.broker.ray_broker import RayBroker
+
+        breakers = from_spec(settings.breakers)
+        config = ActorConfig(
+            isolation=settings.isolation,
+            warm_pool=settings.warm_pool,
+            allow_root=settings.allow_root,
+            breaker_key=(breakers.key_name or "dataset") if breakers is not None else "dataset",
+        )
+        policy = breakers.policy if breakers is not None else None
+        return RayBroker(url, config, breakers=policy)
+    from execgym.broker import open_broker
+
+    return open_broker(url, prefix=settings.broker_prefix)
 
 
 def count_episodes(metrics: Metrics, registry: Episodes) -> None:

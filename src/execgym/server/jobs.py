@@ -1,9 +1,9 @@
 """Scoring jobs behind ``POST /v1/score`` and ``GET /v1/jobs/{id}``.
 
-:class:`JobRunner` is the whole contract the HTTP layer uses, so a queue-backed runner
-(Redis Streams workers) can replace :class:`EmbeddedJobRunner`, which scores in this
-process's event loop with the shared sandbox (the code itself still runs only in
-sandboxes).
+:class:`JobRunner` is the whole contract the HTTP layer uses. :class:`EmbeddedJobRunner`
+scores in this process's event loop with the shared sandbox (the code itself still
+runs only in sandboxes); :class:`BrokerJobRunner` (``execgym serve --broker``) sends the
+rollouts through Redis or Ray to the workers and keeps only the jobs' state here.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from execgym.errors import Error
 from execgym.limits import Limits
 from execgym.ops.breakers import Breakers, dataset_of
 from execgym.ops.logs import log_context
@@ -116,44 +117,30 @@ class _Job:
     results: list[ScoredRollout] = field(default_factory=list)
 
 
-class EmbeddedJobRunner:
-    """Scores each batch in this process's event loop with a shared sandbox.
+class _Jobs:
+    """What every job runner shares: jobs by id, their capacity, results, expiry.
 
-    Args:
-        sandbox: Where programs run (already bounded to its worker count).
-        capacity: In-flight rollouts; a batch that does not fit is refused.
-        workers: Rollouts of one job scored at once.
-        ttl_s: Seconds a finished job stays retrievable.
-        on_result: Called with every result as it is ready (metrics).
-        clock: Monotonic seconds; injectable for tests.
-        breakers: Circuit breakers per task type, shared by every job.
-        metrics: Where to count submitted and finished rollouts and their queue lag.
+    A subclass scores a batch in :meth:`_run`, calling ``on_result`` for each result.
     """
 
     def __init__(
         self,
-        sandbox: Sandbox,
         capacity: Capacity,
         *,
-        workers: int,
         ttl_s: float,
-        on_result: Callable[[ScoredRollout], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        breakers: Breakers | None = None,
-        metrics: Metrics | None = None,
+        on_result: Callable[[ScoredRollout], None] | None,
+        clock: Callable[[], float],
+        metrics: Metrics | None,
+        type_of: Callable[[Task], str],
     ) -> None:
         self._on_result = on_result
-        self._breakers = breakers
         self._metrics = metrics
-        self.sandbox = sandbox
+        self._type_of = type_of
         self.capacity = capacity
-        self._workers = workers
         self._ttl_s = ttl_s
         self._clock = clock
         self._jobs: dict[str, _Job] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        # One for every job (its judges are made once); each job gives its own limits.
-        self._scoring = Scoring(sandbox, breakers=breakers, metrics=metrics)
 
     async def submit(self, batch: Batch) -> str:
         """Accept ``batch``; see :meth:`JobRunner.submit`."""
@@ -172,10 +159,17 @@ class EmbeddedJobRunner:
     def _count_submitted(self, batch: Batch) -> None:
         if self._metrics is None:
             return
-        type_of = self._breakers.type_of if self._breakers is not None else dataset_of
         for item in batch.items:
             task = batch.tasks.get(item.rollout.task_id) if isinstance(item, RolloutLine) else None
-            self._metrics.jobs_submitted.labels(type_of(task) if task else "unknown").inc()
+            self._metrics.jobs_submitted.labels(self._type_of(task) if task else "unknown").inc()
+
+    async def _run(
+        self,
+        batch: Batch,
+        items: Iterable[RolloutLine | LineProblem],
+        on_result: Callable[[ScoredRollout], None],
+    ) -> None:
+        raise NotImplementedError
 
     async def _score(self, job: _Job, batch: Batch) -> None:
         items: Iterable[RolloutLine | LineProblem] = batch.items
@@ -197,22 +191,13 @@ class EmbeddedJobRunner:
         message = ""
         try:
             with log_context(job_id=job.view.job_id):  # inherited by the scoring tasks
-                # Kept for the job's lifetime: only what the response shows of each
-                # result's output (its tail), not up to the output limit per stream.
-                await score_batch(
-                    self._scoring,
-                    batch.tasks,
-                    items,
-                    limits=batch.limits,
-                    skipped_tasks=batch.skipped_tasks,
-                    workers=self._workers,
-                    on_result=on_result,
-                    collect=False,
-                    output_tail=TAIL_BYTES,
-                )
+                await self._run(batch, items, on_result)
         except asyncio.CancelledError:
             state, message = "failed", "the service stopped before the job finished"
             raise
+        except Error as error:  # ours (a broker out of reach): the job fails, it says why
+            log.error("job_failed job_id=%s: %s", job.view.job_id, error)
+            state, message = "failed", str(error)
         except Exception as error:  # our bug: the job fails, the service keeps going
             log.exception("job_failed job_id=%s", job.view.job_id)
             state, message = "failed", f"internal error ({type(error).__name__}); see the log"
@@ -264,3 +249,144 @@ class EmbeddedJobRunner:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class EmbeddedJobRunner(_Jobs):
+    """Scores each batch in this process's event loop with a shared sandbox.
+
+    Args:
+        sandbox: Where programs run (already bounded to its worker count).
+        capacity: In-flight rollouts; a batch that does not fit is refused.
+        workers: Rollouts of one job scored at once.
+        ttl_s: Seconds a finished job stays retrievable.
+        on_result: Called with every result as it is ready (metrics).
+        clock: Monotonic seconds; injectable for tests.
+        breakers: Circuit breakers per task type, shared by every job.
+        metrics: Where to count submitted and finished rollouts and their queue lag.
+    """
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        capacity: Capacity,
+        *,
+        workers: int,
+        ttl_s: float,
+        on_result: Callable[[ScoredRollout], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        breakers: Breakers | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        type_of = breakers.type_of if breakers is not None else dataset_of
+        super().__init__(
+            capacity,
+            ttl_s=ttl_s,
+            on_result=on_result,
+            clock=clock,
+            metrics=metrics,
+            type_of=type_of,
+        )
+        self._breakers = breakers
+        self.sandbox = sandbox
+        self._workers = workers
+        # One for every job (its judges are made once); each job gives its own limits.
+        self._scoring = Scoring(sandbox, breakers=breakers, metrics=metrics)
+
+    async def _run(
+        self,
+        batch: Batch,
+        items: Iterable[RolloutLine | LineProblem],
+        on_result: Callable[[ScoredRollout], None],
+    ) -> None:
+        # Kept for the job's lifetime: only what the response shows of each result's
+        # output (its tail), not up to the output limit per stream.
+        await score_batch(
+            self._scoring,
+            batch.tasks,
+            items,
+            limits=batch.limits,
+            skipped_tasks=batch.skipped_tasks,
+            workers=self._workers,
+            on_result=on_result,
+            collect=False,
+            output_tail=TAIL_BYTES,
+        )
+
+
+class BrokerJobRunner(_Jobs):
+    """Sends each batch's rollouts through a broker to its workers (``serve --broker``).
+
+    The service keeps the job (its state and results, for ``GET /v1/jobs/{id}``) and
+    the capacity; the rollouts are judged by ``execgym worker`` processes (Redis) or
+    sandbox actors (Ray), with their breakers, reward and sandboxes.
+
+    Args:
+        broker: A Redis broker (:func:`execgym.broker.open_broker`) or a
+            :class:`~execgym.broker.ray_broker.RayBroker`; closed by :meth:`aclose`.
+        capacity: In-flight rollouts; a batch that does not fit is refused.
+        ttl_s: Seconds a finished job stays retrievable.
+        on_result: Called with every result as it is ready (metrics).
+        clock: Monotonic seconds; injectable for tests.
+        metrics: Where to count submitted rollouts.
+    """
+
+    def __init__(
+        self,
+        broker: Any,
+        capacity: Capacity,
+        *,
+        ttl_s: float,
+        on_result: Callable[[ScoredRollout], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
+    ) -> None:
+        super().__init__(
+            capacity,
+            ttl_s=ttl_s,
+            on_result=on_result,
+            clock=clock,
+            metrics=metrics,
+            type_of=dataset_of,
+        )
+        self.broker = broker
+
+    async def _run(
+        self,
+        batch: Batch,
+        items: Iterable[RolloutLine | LineProblem],
+        on_result: Callable[[ScoredRollout], None],
+    ) -> None:
+        from execgym.broker.client import score_rollouts
+
+        async for result in score_rollouts(
+            self.broker, batch.tasks, items, batch.limits, skipped_tasks=batch.skipped_tasks
+        ):
+            on_result(result)
+
+    async def breaker_views(self) -> list[dict[str, object]] | None:
+        """The breakers every worker shares, as one view (``None``: none shared)."""
+        board_of = getattr(self.broker, "breaker_board", None)
+        if board_of is not None:  # Redis
+            return [view.to_json() for view in (await board_of().views()).values()]
+        views_of = getattr(self.broker, "breaker_views", None)  # Ray's board actor
+        if views_of is not None:
+            views: list[dict[str, object]] = await views_of()
+            return views
+        return None
+
+    async def reset_breaker(self, task_type: str) -> bool:
+        """Close ``task_type``'s shared breaker for every worker; ``False`` if none."""
+        board_of = getattr(self.broker, "breaker_board", None)
+        if board_of is not None:
+            done: bool = await board_of().reset(task_type)
+            return done
+        board = getattr(self.broker, "board", None)
+        if board is not None:
+            reset: bool = await board.reset.remote(task_type)
+            return reset
+        return False
+
+    async def aclose(self) -> None:
+        """Cancel every running job, then close the broker."""
+        await super().aclose()
+        await self.broker.aclose()

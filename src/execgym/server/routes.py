@@ -103,13 +103,19 @@ async def status_json(request: Request) -> dict[str, object]:
     board = service_of(request).status
     if board is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "this app keeps no status board")
-    return board.snapshot()
+    return await board.status()
 
 
 @api.post("/v1/breakers/{task_type:path}/reset", tags=["status"])
 async def reset_breaker(task_type: str, request: Request) -> dict[str, object]:
     """Close a task type's circuit breaker (an operator's reset, once the cause is fixed)."""
     board = service_of(request).status
+    if board is not None and board.shared is not None:  # the broker's workers' breakers
+        if not await board.shared.reset_breaker(task_type):
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, f"no shared breaker for task type {task_type!r}"
+            )
+        return {"task_type": task_type, "state": "closed"}
     breakers = board.breakers if board is not None else None
     if breakers is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "circuit breakers are off here")

@@ -73,6 +73,14 @@ class ServerSettings:
             as SandboxFusion's isolation tests do; never beyond).
         breakers: Circuit breakers per task type for ``/v1/score``, as
             :func:`execgym.ops.breakers.from_spec` reads them (``off`` turns them off).
+            With ``broker`` Redis, the workers' own ``--breakers`` apply (shared in
+            Redis); with Ray, these are the cluster board's.
+        broker: Where ``/v1/score`` jobs are judged: ``embedded`` (this process's
+            sandboxes), ``redis://HOST:PORT/DB`` (``execgym worker`` processes
+            consuming that Redis) or ``ray`` / ``ray://HOST:PORT`` (sandbox actors on
+            that Ray cluster). ``/run_code``, ``/v1/run`` and episodes are not
+            affected (see ``episode_broker``).
+        broker_prefix: The Redis key prefix of ``broker`` (the workers' ``--prefix``).
 
     Raises:
         ConfigError: if a number is not positive and finite, or a name is unknown.
@@ -104,6 +112,8 @@ class ServerSettings:
     episode_prefix: str = "execgym"
     episode_actor_cpus: float = 1.0
     run_code_network: str = "none"
+    broker: str = "embedded"
+    broker_prefix: str = "execgym"
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -120,13 +130,17 @@ class ServerSettings:
             )
         from_spec(self.breakers)  # raises ConfigError for a bad spec
         broker = self.episode_broker
-        if broker is not None and not (
-            broker == "ray" or broker.startswith(("redis://", "rediss://", "unix://", "ray://"))
-        ):
+        if broker is not None and not _is_broker_url(broker):
             raise ConfigError(
                 f"episode_broker {broker!r} is neither Redis nor Ray: give "
                 "redis://HOST:PORT/DB (the Redis of the episode workers), 'ray' (the Ray "
                 "cluster this host is part of) or ray://HOST:PORT, or leave it unset"
+            )
+        if self.broker != "embedded" and not _is_broker_url(self.broker):
+            raise ConfigError(
+                f"broker {self.broker!r} is not a broker: give embedded (score here), "
+                "redis://HOST:PORT/DB (execgym worker processes on that Redis), 'ray' (the "
+                "Ray cluster this host is part of) or ray://HOST:PORT"
             )
         if self.default_memory_bytes > self.max_memory_bytes:
             raise ConfigError("default_memory_bytes must not exceed max_memory_bytes")
@@ -173,3 +187,8 @@ def _parse(name: str, text: str, default: object) -> object:
     except (ValueError, ConfigError) as error:
         raise ConfigError(f"{ENV_PREFIX}{name.upper()}={text!r}: {error}") from error
     return text
+
+
+def _is_broker_url(url: str) -> bool:
+    """Whether ``url`` names Redis or Ray."""
+    return url == "ray" or url.startswith(("redis://", "rediss://", "unix://", "ray://"))

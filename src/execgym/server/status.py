@@ -50,6 +50,10 @@ class StatusBoard:
         episodes: The episode registry whose counters the snapshot reports (anything
             with ``live``, ``opened``, ``steps_taken``, ``finished``, ``reclaimed``,
             ``final_reward_sum`` and ``final_rewards``); ``None`` until the app sets it.
+        shared: Breakers held by a broker's workers instead of ``breakers`` (anything
+            with async ``breaker_views()`` and ``reset_breaker(type)``: the
+            :class:`~execgym.server.jobs.BrokerJobRunner` of ``serve --broker``);
+            ``None``: this process's.
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class StatusBoard:
         self.programs: Counter[str] = Counter()  # outcome (the run's status) -> programs
         self.program_languages: Counter[str] = Counter()
         self.episodes: Any = None
+        self.shared: Any = None
 
     def record(self, result: ScoredRollout) -> None:
         """Count one finished rollout."""
@@ -139,6 +144,23 @@ class StatusBoard:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    async def status(self) -> dict[str, object]:
+        """:meth:`snapshot`, with the breakers the broker's workers share when it has them.
+
+        Raises:
+            BrokerError: the broker holding them cannot be reached.
+        """
+        snapshot = self.snapshot()
+        if self.shared is not None:
+            views = await self.shared.breaker_views()
+            if views is not None:
+                breakers = sorted(views, key=lambda view: str(view["task_type"]))
+                snapshot["breakers"] = breakers
+                snapshot["open_breakers"] = sum(1 for b in breakers if b["state"] != "closed")
+                snapshot["breakers_enabled"] = True
+                snapshot["breakers_shared"] = True
+        return snapshot
 
     def snapshot(self) -> dict[str, object]:
         """Everything ``/v1/status`` answers, as JSON-ready data."""
