@@ -161,3 +161,36 @@ def test_tiny_task_memory_skips_the_task_with_its_id(tmp_path: Path) -> None:
     assert "limits.memory_bytes" in problems[0].message
     assert "16777216" in problems[0].message
     assert "limits.wall_time_s" in problems[1].message
+
+
+def test_a_missing_field_names_the_key_that_was_meant_for_it(tmp_path: Path) -> None:
+    record = json.loads(task_line())
+    record["test"] = record.pop("tests")
+    tasks_path = write_lines(tmp_path / "tasks.jsonl", [json.dumps(record)])
+    tasks, problems = load_tasks(tasks_path)
+    assert tasks == {}
+    assert "rename 'test' to 'tests'" in problems[0].message
+
+    rollouts_path = write_lines(
+        tmp_path / "rollouts.jsonl",
+        [
+            json.dumps({"task_id": "t/1", "response": "    return 1\n"}),
+            json.dumps({"task_id": "t/1", "canonical_solution": "x"}),  # nothing meant for it
+        ],
+    )
+    meant, unrelated = list(load_rollouts(rollouts_path))
+    assert isinstance(meant, LineProblem)
+    assert isinstance(unrelated, LineProblem)
+    assert "completion" in meant.message
+    assert "rename 'response' to 'completion'" in meant.message
+    assert "rename" not in unrelated.message
+
+
+def test_a_json_array_file_says_to_write_one_object_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps([json.loads(task_line())]))
+    tasks, problems = load_tasks(path)
+    assert tasks == {}
+    assert "JSON array" in problems[0].message
+    assert "one JSON object (JSON Lines)" in problems[0].message
+    assert "jq -c '.[]'" in problems[0].message

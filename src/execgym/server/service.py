@@ -175,7 +175,7 @@ class Service:
             try:
                 task = Task.model_validate(record)
             except ValidationError as error:
-                why = f"tasks[{number}]: {describe_validation_error(error, 'item')}"
+                why = f"tasks[{number}]: {describe_validation_error(error, 'item', record)}"
                 if isinstance(task_id, str):
                     skipped[task_id] = why
                     definitions.setdefault(task_id, []).append((number, number, None))
@@ -203,6 +203,8 @@ class Service:
                 items.append(RolloutLine(index, Rollout.model_validate(record)))
             except ValidationError as error:
                 items.append(
-                    LineProblem("rollouts", index, index, describe_validation_error(error, "item"))
+                    LineProblem(
+                        "rollouts", index, index, describe_validation_error(error, "item", record)
+                    )
                 )
         return items

@@ -7,6 +7,7 @@ naming the file, the line number and what is wrong, and the rest is still read.
 from __future__ import annotations
 
 import codecs
+import difflib
 import json
 import logging
 import zlib
@@ -59,12 +60,20 @@ class RolloutLine:
     rollout: Rollout
 
 
-def describe_validation_error(error: ValidationError, whole: str = "line") -> str:
+def describe_validation_error(error: ValidationError, whole: str = "line", data: Any = None) -> str:
     """``error``'s problems as ``"field: what is wrong"``, joined by ``"; "``.
 
     A problem of the whole object (a model validator's, which has no field) is named
     ``whole`` only when another problem names a field, and pydantic's ``"Value error, "``
     prefix is dropped: the message our validator wrote is what the user reads.
+
+    Args:
+        error: What pydantic found.
+        whole: What to call the object in a problem that names no field.
+        data: The object that was validated (a dict), if at hand: when a required
+            field is missing and the object holds a key execgym does not read that
+            looks meant for it (``test`` for ``tests``, ``response`` for
+            ``completion``), the message says to rename that key.
     """
     parts = []
     for item in error.errors():
@@ -73,7 +82,43 @@ def describe_validation_error(error: ValidationError, whole: str = "line") -> st
         parts.append(
             f"{where or whole}: {message}" if where or len(error.errors()) > 1 else message
         )
-    return "; ".join(parts)
+    return "; ".join(parts) + _rename_hint(error, data)
+
+
+_MEANT_FOR = {
+    "completion": ("response", "output", "generation", "solution", "code", "answer", "text"),
+    "task_id": ("id", "problem_id", "name"),
+    "tests": ("test", "test_code", "check"),
+}
+"""Keys seen in other tools' files for a field execgym needs under another name."""
+
+_KNOWN_KEYS = frozenset(Task.model_fields) | frozenset(Rollout.model_fields)
+
+
+def _rename_hint(error: ValidationError, data: Any) -> str:
+    """``"; rename 'X' to 'Y'"`` per missing field ``Y`` a key ``X`` looks meant for.
+
+    ``X`` is a key of ``data`` that execgym does not read; ``""`` when there is none.
+    """
+    if not isinstance(data, dict):
+        return ""
+    missing: list[str] = []
+    for item in error.errors():
+        if item["type"] == "missing" and item["loc"]:
+            missing.append(str(item["loc"][-1]))
+        else:  # a kind's own check: "Field required: an 'assert' task needs ['tests']"
+            text = str(item["msg"])
+            if "needs [" in text:
+                listed = text.split("needs [", 1)[1].split("]", 1)[0]
+                missing += [name.strip(" '\"") for name in listed.split(",")]
+    unread = [key for key in data if isinstance(key, str) and key not in _KNOWN_KEYS]
+    renames = []
+    for name in missing:
+        close = difflib.get_close_matches(name, unread, n=1, cutoff=0.75)
+        meant = close or [key for key in unread if key.lower() in _MEANT_FOR.get(name, ())][:1]
+        if meant:
+            renames.append(f"rename {meant[0]!r} to {name!r} (execgym does not read {meant[0]!r})")
+    return "".join(f"; {rename}" for rename in renames)
 
 
 CHUNK_BYTES = 1 << 16
@@ -238,6 +283,13 @@ def _parse(line: str, path: Path, number: int, index: int) -> dict[str, Any] | L
         return LineProblem(str(path), number, index, why)
     except RecursionError:
         return LineProblem(str(path), number, index, "not usable JSON (nested too deeply to read)")
+    if isinstance(value, list):
+        why = (
+            "this line is a JSON array, and each line must be one JSON object (JSON Lines); "
+            f"if the file is one array of objects, convert it: jq -c '.[]' {path} > "
+            f"{path.stem}-lines.jsonl"
+        )
+        return LineProblem(str(path), number, index, why)
     if not isinstance(value, dict):
         return LineProblem(str(path), number, index, "each line must be a JSON object")
     return value
@@ -270,7 +322,9 @@ def load_tasks(path: str | Path) -> tuple[dict[str, Task], list[LineProblem]]:
             task = Task.model_validate(value)
         except ValidationError as error:
             problems.append(
-                LineProblem(str(path), number, index, describe_validation_error(error), task_id)
+                LineProblem(
+                    str(path), number, index, describe_validation_error(error, data=value), task_id
+                )
             )
             if task_id is not None:
                 definitions.setdefault(task_id, []).append((number, index, None))
@@ -355,7 +409,8 @@ def load_rollouts(
             yield RolloutLine(index, Rollout.model_validate(value))
         except ValidationError as error:
             task_id = value.get("task_id") if isinstance(value.get("task_id"), str) else None
-            yield LineProblem(str(path), number, index, describe_validation_error(error), task_id)
+            why = describe_validation_error(error, data=value)
+            yield LineProblem(str(path), number, index, why, task_id)
 
 
 def load_dataset(name: str) -> dict[str, Task]:
