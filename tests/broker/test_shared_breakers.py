@@ -146,7 +146,7 @@ def spawn(redis_server: RedisServer) -> Iterator[Spawn]:
             "--no-warm-pool", "--visibility-timeout", "3", "--metrics-port", str(port),
             "--breakers", "failures=2,window_s=600,cooldown_s=600",
         ]  # fmt: skip
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started.append(process)
         return process, port
 
