@@ -28,7 +28,7 @@ import pytest
 
 from execgym import Rollout, RolloutLine, Task
 from execgym.broker import make_jobs, score_jobs
-from execgym.broker.redis_breakers import RedisBreakers
+from execgym.broker.redis_breakers import CLOSED_TTL_S, RedisBreakers
 from execgym.broker.redis_streams import RedisStreamsBroker
 from execgym.cli.status import _broker_status as broker_status
 from execgym.limits import Limits
@@ -98,6 +98,31 @@ async def test_the_redis_state_machine_gives_the_in_process_views(
         assert (views["A"].failures, views["A"].jobs, views["A"].quarantined) == (1, 1, 0)
         assert "the probe job failed again" in reasons
         assert "2 of 4 jobs in 10 s were infrastructure failures (threshold 50%)" in reasons
+    finally:
+        await broker.aclose()
+
+
+async def test_a_closed_idle_breaker_expires_and_an_open_one_stays(
+    redis_server: RedisServer,
+) -> None:
+    """With ``key=task`` a breaker per task would pile up in Redis: a closed one expires
+    after :data:`CLOSED_TTL_S` without a job (then its type leaves the view); an open one
+    never does."""
+    broker = RedisStreamsBroker(redis_server.url, FAST, prefix="ttl", block_s=0.2)
+    shared = broker.breaker_board(BreakerPolicy(failures=1))
+    try:
+        for task_type, failed in (("Ok", False), ("Down", True)):
+            ticket, _ = await shared.admit(task_type)
+            assert ticket is not None
+            await shared.record(ticket, failed)
+        keys = broker.keys
+        assert 0 < await broker.redis.ttl(keys.breaker("Ok")) <= CLOSED_TTL_S
+        assert await broker.redis.ttl(keys.breaker("Down")) == -1  # open: kept
+        await broker.redis.delete(keys.breaker("Ok"), keys.breaker_jobs("Ok"))  # as expired
+        assert list(await shared.views()) == ["Down"]
+        assert await broker.redis.smembers(keys.breaker_types) == {"Down"}
+        assert await shared.reset("Down")
+        assert 0 < await broker.redis.ttl(keys.breaker("Down")) <= CLOSED_TTL_S
     finally:
         await broker.aclose()
 

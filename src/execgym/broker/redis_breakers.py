@@ -95,16 +95,19 @@ local function open(reason)
   redis.call('HSET', KEYS[1], 'state', 2, 'opened_at', fmt(now), 'retry_at',
     fmt(now + cooldown), 'probe_at', '', 'quarantined', 0, 'reason', reason,
     'window_s', ARGV[8])
+  redis.call('PERSIST', KEYS[1])
   return {2, reason}
 end
 if ARGV[2] == '1' and state == 1 then
   if failed then return open('the probe job failed again') end
   redis.call('HSET', KEYS[1], 'state', 0, 'probe_at', '', 'reason', '')
+  redis.call('EXPIRE', KEYS[1], ARGV[13])
   redis.call('DEL', KEYS[2], KEYS[3])
   return {0, 'closed'}
 end
 if state ~= 0 then return {state, ''} end
 redis.call('HSET', KEYS[1], 'state', 0, 'window_s', ARGV[8])
+redis.call('EXPIRE', KEYS[1], ARGV[13])
 redis.call('ZADD', KEYS[2], now, ARGV[4])
 if failed then redis.call('ZADD', KEYS[3], now, ARGV[4]) end
 local below = '(' .. fmt(now - window)
@@ -128,7 +131,8 @@ return {0, ''}
 )
 """KEYS: the type's hash, jobs and failures sets, the types set. ARGV: now, probe,
 failed, a unique member, failures, failure_rate, min_jobs, window_s, cooldown_s, the
-window and the rate as the reason shows them, type. Returns {state, reason} where
+window and the rate as the reason shows them, type, TTL of a closed breaker. Returns
+{state, reason} where
 reason is the opening reason, 'closed' when a probe closed it, else ''."""
 
 _VIEWS = (
@@ -139,26 +143,38 @@ local out = {fmt(now)}
 for _, t in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local h = redis.call('HMGET', ARGV[2] .. t, 'state', 'retry_at', 'quarantined', 'reason',
     'window_s')
-  local from = fmt(now - (tonumber(h[5]) or 0))
-  local jobs = redis.call('ZCOUNT', ARGV[3] .. t, from, '+inf')
-  local fails = redis.call('ZCOUNT', ARGV[4] .. t, from, '+inf')
-  for _, v in ipairs({t, h[1] or '0', h[2] or '', h[3] or '0', h[4] or '', fails, jobs}) do
-    out[#out + 1] = v
+  if h[1] then
+    local from = fmt(now - (tonumber(h[5]) or 0))
+    local jobs = redis.call('ZCOUNT', ARGV[3] .. t, from, '+inf')
+    local fails = redis.call('ZCOUNT', ARGV[4] .. t, from, '+inf')
+    for _, v in ipairs({t, h[1], h[2] or '', h[3] or '0', h[4] or '', fails, jobs}) do
+      out[#out + 1] = v
+    end
+  elseif redis.call('EXISTS', ARGV[3] .. t) == 0 then
+    redis.call('SREM', KEYS[1], t)  -- closed and idle past CLOSED_TTL_S: forgotten
   end
 end
 return out
 """
 )
 """KEYS: the types set. ARGV: now, the breaker, jobs and failures key prefixes. Returns
-now, then 7 fields per type: type, state, retry_at, quarantined, reason, failures, jobs."""
+now, then 7 fields per type: type, state, retry_at, quarantined, reason, failures, jobs.
+A type whose breaker expired (closed, idle) and has no jobs left is dropped."""
 
 _RESET = """
 if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'state', 0, 'probe_at', '', 'reason', '')
+redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3])
 return 1
 """
-"""Close a type's breaker and forget its window; 0 if no breaker of that type exists."""
+"""Close a type's breaker and forget its window; 0 if no breaker of that type exists.
+ARGV: type, TTL of a closed breaker."""
+
+CLOSED_TTL_S = 86_400
+"""A closed breaker with no job for this long is forgotten (its key expires, and the
+next view drops its type): with ``key=task``, one per task would pile up otherwise. An
+open one is kept until it closes."""
 
 Errors = Callable[[str], contextlib.AbstractContextManager[None]]
 """Translates Redis's exceptions into :class:`~execgym.errors.BrokerError` for a step."""
@@ -248,6 +264,7 @@ class RedisBreakers:
             f"{policy.window_s:g}",
             "" if rate is None else f"{rate:.0%}",
             ticket.task_type,
+            max(CLOSED_TTL_S, math.ceil(policy.window_s) + 1),
         ]
         with self._errors("record an outcome in the shared circuit breakers"):
             _state, reason = await self._record(keys=self._type_keys(ticket.task_type), args=args)
@@ -299,7 +316,9 @@ class RedisBreakers:
             ``False`` if no breaker of that type exists (nothing of it ran).
         """
         with self._errors("reset a shared circuit breaker"):
-            done = await self._reset(keys=self._type_keys(task_type), args=[task_type])
+            done = await self._reset(
+                keys=self._type_keys(task_type), args=[task_type, CLOSED_TTL_S]
+            )
         if done:
             log.warning("breaker_closed task_type=%s: reset by an operator", task_type)
         return bool(done)
