@@ -134,3 +134,28 @@ def test_pushed_environment_is_pulled_by_another_worker_process(
     [line] = scored.stdout.splitlines()
     assert json.loads(line)["verdict"] == "passed", line
     assert EnvironmentCache(other_cache).stats()["layers_unpacked"] == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '{"bse": "debian"}',
+            ["base: Field required", "'bse' is not a spec field (did you mean 'base'?)"],
+        ),
+        ('{"base": "debian", "pip": "pytest"}', ["pip: Input should be a JSON list of strings"]),
+        ("base: debian", ["is not JSON (Expecting value at line 1 column 1)", '{"base": "debian"']),
+    ],
+)
+def test_a_bad_spec_file_names_the_file_and_what_to_change(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"spec\.json is not ") as raised:
+        EnvironmentSpec.read(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path} is not ")
+    for part in expected:
+        assert part in message
+    assert "errors.pydantic.dev" not in message

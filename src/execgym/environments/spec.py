@@ -30,6 +30,7 @@ The build's writable places are the copy of the root and ``/tmp`` (a tmpfs, not 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import json
 import os
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from execgym.environments.cache import EnvironmentCache, _remove_tree
 from execgym.environments.model import Environment, canonical_json, sha256_digest
@@ -111,9 +112,40 @@ class EnvironmentSpec(BaseModel):
         """Read a spec from a JSON file.
 
         Raises:
-            ValueError: Not JSON, or not a spec (pydantic's message names the field).
+            ValueError: Not JSON, or not a spec: the message names the file, each wrong
+                field (with the spec field a misspelt key was likely meant to be) and
+                the fields a spec has.
         """
-        return cls.model_validate_json(Path(path).read_text())
+        text = Path(path).read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{path} is not JSON ({error.msg} at line {error.lineno} column {error.colno}); "
+                'a spec is one JSON object, e.g. {"base": "debian", "pip": ["pytest==8.4.2"]}'
+            ) from None
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise ValueError(
+                f"{path} is not an environment spec: {_spec_problems(error)}"
+            ) from None
+
+
+def _spec_problems(error: ValidationError) -> str:
+    """``error``'s problems, one per field, and the fields a spec has."""
+    fields = list(EnvironmentSpec.model_fields)
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "the spec"
+        if item["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(where, fields, n=1, cutoff=0.6)
+            meant = f" (did you mean {close[0]!r}?)" if close else ""
+            parts.append(f"{where!r} is not a spec field{meant}")
+        else:
+            message = str(item["msg"]).replace("a valid tuple", "a JSON list of strings")
+            parts.append(f"{where}: {message}")
+    return "; ".join(parts) + f"; a spec's fields are {', '.join(fields)} (docs/environments.md)"
 
 
 @dataclass(frozen=True)
