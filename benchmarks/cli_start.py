@@ -11,7 +11,9 @@ install (with it, every run compiles execgym's sources again).
     .venv/bin/python benchmarks/cli_start.py [--runs 7] [--old-src PATH]
 
 ``--old-src`` adds the same rows for another checkout's ``src`` (run with
-``PYTHONPATH``), to compare in one run.
+``PYTHONPATH``), to compare in one run. Each row also shows the CPU time the command
+used (user + system, with the children it reaped: ``RUSAGE_CHILDREN``), which a machine
+shared with other jobs inflates far less than the wall time.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,14 +67,29 @@ def main() -> None:
         for argv, extra in commands.values():  # bytecode written, caches warm
             subprocess.run(argv, env={**base, **extra}, capture_output=True, check=True)
         times: dict[str, list[float]] = {name: [] for name in commands}
+        cpus: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.runs):
             for name, (argv, extra) in commands.items():
+                before = _children_cpu_s()
                 started = time.perf_counter()
                 subprocess.run(argv, env={**base, **extra}, capture_output=True, check=True)
                 times[name].append(time.perf_counter() - started)
-    print(f"seconds, {args.runs} interleaved runs each")
+                cpus[name].append(_children_cpu_s() - before)
+    print(
+        f"seconds, {args.runs} interleaved runs each: wall, and CPU (user + system of the "
+        "command and what it reaped)"
+    )
     for name, values in times.items():
-        print(f"{name:<32} min {min(values):.3f}  median {statistics.median(values):.3f}")
+        print(
+            f"{name:<32} wall min {min(values):.3f}  median {statistics.median(values):.3f}"
+            f"   CPU min {min(cpus[name]):.3f}  median {statistics.median(cpus[name]):.3f}"
+        )
+    print("target: execgym score, 1 rollout under 0.3 s of wall time")
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":
