@@ -15,7 +15,6 @@ persistence restarts empty) are found and queued again: a batch finishes, or rai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -23,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from execgym.broker._cancel import cancel_and_wait
 from execgym.broker.base import Broker
 from execgym.broker.calibrate import measure_references
 from execgym.broker.messages import JobMessage, ResultMessage
@@ -304,11 +304,7 @@ async def score_jobs(
                 yield pending.pop(position)
                 position += 1
     finally:
-        for running_future in (*helpers, getter):
-            if running_future is not None and not running_future.done():
-                running_future.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await running_future
+        await cancel_and_wait([*helpers, *([getter] if getter is not None else [])])
 
 
 async def _in_order(

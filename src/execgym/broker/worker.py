@@ -30,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from execgym.broker._cancel import cancel_and_wait
 from execgym.broker.base import Broker, Delivery
 from execgym.broker.messages import JobMessage, ResultMessage
 from execgym.errors import BrokerError, ConfigError
@@ -181,9 +182,9 @@ class Worker:
             await self._receive_loop()
         finally:
             await self._drain()
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            await cancel_and_wait([heartbeat])  # it never ends by itself
+            if not heartbeat.cancelled() and heartbeat.exception() is not None:
+                raise heartbeat.exception()  # type: ignore[misc]
             forget = getattr(self.broker, "forget_worker", None)
             if forget is not None:
                 with contextlib.suppress(BrokerError):
@@ -452,9 +453,7 @@ class Worker:
         if not late:
             return
         deliveries = [self._running[task] for task in late]
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
+        await cancel_and_wait(late)
         await self._hand_back(deliveries)
 
     async def _hand_back(self, deliveries: list[Delivery]) -> None:
