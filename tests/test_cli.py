@@ -586,3 +586,19 @@ def test_a_missing_input_is_named_by_its_role(args: tuple[str, ...], message: st
     code, _, stderr = run("score", *args)
     assert code == 2, stderr
     assert message in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--reward", "qualty"), "unknown reward 'qualty'"),
+        (("--diagnose", "leaks,speed"), "unknown check(s) speed"),
+        (("--broker", "amqp://x"), "unknown broker 'amqp://x'"),
+    ],
+)
+def test_an_unknown_option_value_is_bad_usage(args: tuple[str, ...], message: str) -> None:
+    # docs/scoring.md: a bad option value exits 2, as --isolation nope does (these exited 1)
+    code, _, stderr = run("score", "--dataset", "humaneval", "--solutions", "canonical", *args)
+    assert code == 2, stderr
+    assert f"Invalid value for '{args[0]}'" in stderr
+    assert message in stderr

@@ -74,7 +74,8 @@ def test_the_command_line(diag_sandbox: BubblewrapSandbox, tmp_path: Path) -> No
     assert line["diagnostics"]["hotspots"]["status"] == "measured"
     assert line["reward_breakdown"]["components"]["leak"]["score"] == 0.0
     bad = CliRunner().invoke(main, [*args, "--diagnose", "leaks,speed"])
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2  # a bad option value is bad usage (docs/scoring.md)
+    assert "Invalid value for '--diagnose'" in bad.output
     assert "unknown check(s) speed" in bad.output
     assert "leaks, hotspots, complexity" in bad.output
 

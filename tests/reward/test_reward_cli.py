@@ -56,5 +56,6 @@ def test_reward_file_and_bad_reward(bwrap_sandbox, tmp_path: Path) -> None:
     assert [r["reward"] for r in sorted(results, key=lambda r: r["index"])] == [1.0, 0.0]
     assert results[0]["reward_breakdown"]["spec"] == "half"
     code, output = run("score", str(tasks), str(rollouts), "--reward", "qualty")
-    assert code == 1
+    assert code == 2  # a bad option value is bad usage (docs/scoring.md)
+    assert "Invalid value for '--reward'" in output
     assert "unknown reward 'qualty'" in output

@@ -9,9 +9,11 @@ loop (:func:`~execgym.cli.score_batch.run_batch`) on this host
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +37,7 @@ from execgym.cli.options import (
 )
 from execgym.cli.score_batch import Items, prepare_local, prepare_remote, run_batch
 from execgym.cli.score_inputs import RolloutStream, check_inputs, check_output
-from execgym.errors import DamagedInput, Error
+from execgym.errors import ConfigError, DamagedInput, Error
 from execgym.limits import Limits
 
 if TYPE_CHECKING:
@@ -291,10 +293,13 @@ def run_score(options: ScoreOptions) -> None:
     k_values = _parse_ks(options.ks)
     try:
         limits = options.limits
-        reward = _load_reward(options.reward_name)
-        diagnose_checks(options.diagnose)
+        with _option_value("--reward"):
+            reward = _load_reward(options.reward_name)
+        with _option_value("--diagnose"):
+            diagnose_checks(options.diagnose)
         check_inputs(*options.inputs)
-        broker = _open_broker(options, reward)
+        with _option_value("--broker", only_if=_unknown_broker(options.broker_url)):
+            broker = _open_broker(options, reward)
     except Error as error:
         raise click.ClickException(str(error)) from error
     # After the usage errors (they say more), before any rollout is scored.
@@ -332,6 +337,28 @@ def run_score(options: ScoreOptions) -> None:
         click.echo(upload_results(options.store_url, options.batch_id, Path(options.output)))
     if isinstance(stream, RolloutStream):
         _exit_if_damaged(stream.damaged)
+
+
+@contextlib.contextmanager
+def _option_value(name: str, *, only_if: bool = True) -> Iterator[None]:
+    """Turn a :class:`ConfigError` about option ``name``'s value into bad usage (exit 2).
+
+    docs/scoring.md: a bad option value is bad usage, exit 2, as click's own checks
+    (``--isolation nope``) are; an unknown ``--reward``, ``--diagnose`` check or
+    ``--broker`` scheme exited 1. ``only_if=False`` leaves the error as it is.
+    """
+    try:
+        yield
+    except ConfigError as error:
+        if not only_if:
+            raise
+        raise click.BadParameter(str(error), param_hint=f"'{name}'") from error
+
+
+def _unknown_broker(url: str) -> bool:
+    """Whether ``--broker URL`` names no broker execgym knows (bad usage)."""
+    known = ("redis://", "rediss://", "unix://", "ray://")
+    return url not in EMBEDDED and url != "ray" and not url.startswith(known)
 
 
 def diagnose_checks(text: str | None) -> tuple[str, ...] | None:
