@@ -486,7 +486,10 @@ def test_the_cpu_reading_before_a_kill_stops_the_whole_tree_first() -> None:
     )
     root = subprocess.Popen([sys.executable, "-c", code])
     try:
-        time.sleep(0.5)
+        # Until the loop has used some CPU: a fixed 0.5 s gave it only 0.1 s at load 20.
+        give_up = time.monotonic() + 30  # the child leaves after 60 s
+        while tree_cpu_time_s(root.pid) <= 0.1 and time.monotonic() < give_up:
+            time.sleep(0.05)
         assert tree_cpu_time_s(root.pid) > 0.1
         stopped = tree_cpu_time_s(root.pid, stop=True)
         children = Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split()
