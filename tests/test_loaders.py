@@ -194,3 +194,11 @@ def test_a_json_array_file_says_to_write_one_object_per_line(tmp_path: Path) -> 
     assert "JSON array" in problems[0].message
     assert "one JSON object (JSON Lines)" in problems[0].message
     assert "jq -c '.[]'" in problems[0].message
+
+
+def test_a_task_line_in_the_rollouts_file_says_the_files_may_be_swapped(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "rollouts.jsonl", [task_line()])
+    (problem,) = list(load_rollouts(path))
+    assert isinstance(problem, LineProblem)
+    assert "completion: Field required" in problem.message
+    assert "did you swap TASKS and ROLLOUTS?" in problem.message

@@ -90,6 +90,7 @@ def test_score_through_redis_workers_gives_the_embedded_results(
     expected = [(0, "passed", 1.0), (1, "failed", 0.0), (2, "invalid", None), (3, "error", 0.0)]
     assert verdicts(tmp_path / "r.jsonl") == verdicts(tmp_path / "e.jsonl") == expected
     assert "4 rollouts" in remote.output
+    assert f"results: {tmp_path / 'r.jsonl'}" in remote.output  # where they went, as embedded
     node.send_signal(signal.SIGTERM)
     assert node.wait(30) == 0
     assert asyncio.run(_with_client(redis_server, lambda c: c.live_workers())) == {}

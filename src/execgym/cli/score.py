@@ -313,13 +313,16 @@ def run_score(options: ScoreOptions) -> None:
         check_store(options.store_url, options.batch_id)
     started = time.monotonic()
     loaded: list[Items] = []
+    where = "stdout" if options.to_stdout else options.output
     if broker is not None:
         prepare = prepare_remote(broker, options, limits, loaded)
-        isolation_line = f"isolation: the workers' (see each result); broker: {options.broker_url}"
+        isolation_line = (
+            f"isolation: the workers' (see each result); broker: {options.broker_url}; "
+            f"results: {where}"
+        )
     else:
         _warn_oversubscribed(options.workers)
         prepare = prepare_local(options, limits, reward, loaded)
-        where = "stdout" if options.to_stdout else options.output
         isolation_line = f"isolation: {options.isolation}; results: {where}"
     outcome = run_batch(prepare, options.output)  # the one event loop
     stream = loaded[0] if loaded else None

@@ -410,6 +410,15 @@ def load_rollouts(
         except ValidationError as error:
             task_id = value.get("task_id") if isinstance(value.get("task_id"), str) else None
             why = describe_validation_error(error, data=value)
+            if (
+                "completion" not in value
+                and "prompt" in value
+                and ("tests" in value or "test_cases" in value)
+            ):
+                why += (
+                    "; this line is a task (it has prompt and tests), not a rollout: "
+                    "did you swap TASKS and ROLLOUTS?"
+                )
             yield LineProblem(str(path), number, index, why, task_id)
 
 
