@@ -102,6 +102,24 @@ class CalibrationOrder(BaseModel):
         return Measured(measurement, self.factor, self.floor_s)
 
 
+class ValidationOrder(BaseModel):
+    """Validate the job's task (``execgym validate --broker``) instead of judging a rollout.
+
+    The worker runs :func:`execgym.validation.engine.validate_task` on its own sandbox
+    and stores ``{"checks": [CheckResult JSON...], "runs": N}`` as the job's result.
+
+    Attributes:
+        thresholds: The fields of :class:`execgym.validation.Thresholds` (validated on
+            the worker; an unknown field makes the job unusable).
+        workers: Sandbox runs at once for this task's checks (at least 1).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    thresholds: dict[str, int | float] = Field(default_factory=dict)
+    workers: int = Field(default=2, ge=1)
+
+
 class JobMessage(_Message):
     """One rollout to judge, as it travels on the queue.
 
@@ -120,6 +138,7 @@ class JobMessage(_Message):
             (``None``: not known).
         calibration: Calibrate the task's time limits with this measurement of its
             reference (``None``: the limits as given).
+        validation: Validate the task instead of judging ``rollout`` (``None``: judge).
     """
 
     kind: ClassVar[str] = "job"
@@ -134,6 +153,7 @@ class JobMessage(_Message):
     attempt: int = Field(default=1, ge=1)
     submitted_at: float | None = None
     calibration: CalibrationOrder | None = None
+    validation: ValidationOrder | None = None
 
 
 class ResultMessage(_Message):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execgym.broker.messages import JobMessage, ResultMessage
+from execgym.broker.validation_jobs import validation_result
 from execgym.ops.breakers import BreakerPolicy, Breakers, Ticket, dataset_of, type_key
 from execgym.ops.logs import log_context
 from execgym.reward import RewardSpec
@@ -137,8 +138,13 @@ class SandboxActor:
             from execgym.scoring.selftest import self_test
 
             config = self.config
-            sandbox = open_sandbox(
-                config.isolation, warm_pool=config.warm_pool, allow_root=config.allow_root
+            from execgym.validation import coverage_site, sandbox_paths
+
+            sandbox = open_sandbox(  # coverage's site read-only: validation jobs need it
+                config.isolation,
+                warm_pool=config.warm_pool,
+                allow_root=config.allow_root,
+                read_only_paths=sandbox_paths(coverage_site()),
             )
             await self_test(sandbox)
             self._scoring = Scoring(sandbox, reward=config.reward, diagnose=config.diagnose)
@@ -162,6 +168,11 @@ class SandboxActor:
             raise RuntimeError("the actor's sandbox is not open")
         job = JobMessage.from_json(job_json)
         with log_context(job_id=job.job_id, batch_id=job.batch_id, worker=self.name):
+            if job.validation is not None:  # execgym validate --broker ray: the task's checks
+                found = await validation_result(
+                    job, scoring.sandbox, worker=self.name, attempt=attempt
+                )
+                return found.to_json()
             if job.rollout.task_id != job.task.task_id:
                 item = RolloutLine(job.index, job.rollout)
                 scored = score_unusable(item, isolation=scoring.sandbox.name)

@@ -33,6 +33,7 @@ from typing import Protocol
 from execgym.broker._cancel import cancel_and_wait
 from execgym.broker.base import Broker, Delivery
 from execgym.broker.messages import JobMessage, ResultMessage
+from execgym.broker.validation_jobs import validation_result
 from execgym.errors import BrokerError, ConfigError
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
 from execgym.ops.breakers import Breakers, BreakerView, SharedBreakers, dataset_of
@@ -295,6 +296,13 @@ class Worker:
             return
         if delivery.attempt > self.settings.max_attempts:
             await self._give_up(delivery, job)
+            return
+        if job.validation is not None:  # execgym validate --broker: the task's checks
+            result = await validation_result(
+                job, self.sandbox, worker=self.name, attempt=delivery.attempt
+            )
+            await self.store_and_ack(delivery, result)
+            self.stats.done += 1
             return
         scored = await self.judge(job)
         if (

@@ -223,13 +223,24 @@ def json_flag(help: str) -> Decorator[Any]:
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
-def sandbox_for(isolation: str, warm_pool: bool, allow_root: bool) -> Sandbox:
+def sandbox_for(
+    isolation: str, warm_pool: bool, allow_root: bool, *, validating: bool = False
+) -> Sandbox:
     """The sandbox that ``--isolation``, ``--warm-pool`` and ``--allow-root`` ask for.
 
     The warm pool for bwrap unless turned off (see :func:`execgym.sandbox.open_sandbox`).
+    ``validating``: the coverage package's site (:func:`execgym.validation.coverage_site`)
+    is also visible read-only, for validation jobs (``execgym validate --broker``).
 
     Raises:
         execgym.errors.Error: the backend cannot run on this host (SandboxUnavailable)
             or is unknown (ConfigError).
     """
-    return open_sandbox(isolation, warm_pool=warm_pool, allow_root=allow_root)
+    paths = None
+    if validating:
+        from execgym.validation import coverage_site, sandbox_paths
+
+        paths = sandbox_paths(coverage_site())
+    return open_sandbox(
+        isolation, warm_pool=warm_pool, allow_root=allow_root, read_only_paths=paths
+    )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from execgym.cli.options import (
+    EMBEDDED,
     count_option,
     dataset_option,
     fraction_option,
@@ -78,6 +79,41 @@ async def _validate(tasks: list[Task], rejected: dict[str, str], ctx: Context) -
             )
     finally:
         await ctx.sandbox.aclose()
+
+
+def _open_broker(url: str, isolation: str, warm_pool: bool, workers: int | None) -> Any:
+    """The broker of ``--broker``: Redis (``execgym worker`` nodes) or Ray actors started here.
+
+    Raises:
+        execgym.errors.ConfigError: an unknown broker URL, or Ray/redis-py missing.
+    """
+    if url == "ray" or url.startswith("ray://"):
+        from execgym.broker.ray_actors import ActorConfig
+        from execgym.broker.ray_broker import RayBroker
+
+        return RayBroker(
+            url, ActorConfig(isolation=isolation, warm_pool=warm_pool), concurrency=workers
+        )
+    from execgym.broker import open_broker
+
+    return open_broker(url)
+
+
+async def _validate_remote(
+    broker: Any, tasks: list[Task], rejected: dict[str, str], ctx_args: dict[str, Any]
+) -> ValidationReport:
+    """Validate ``tasks`` on the broker's workers with a progress bar; the broker closed after."""
+    from tqdm import tqdm
+
+    from execgym.broker.validation_jobs import validate_remote
+
+    try:
+        with tqdm(total=len(tasks), unit="task", file=sys.stderr, disable=None) as bar:
+            return await validate_remote(
+                broker, tasks, rejected=rejected, on_task=lambda _: bar.update(1), **ctx_args
+            )
+    finally:
+        await broker.aclose()
 
 
 def _write_reports(
@@ -144,6 +180,16 @@ def _print_summary(report: ValidationReport) -> None:
     "(slower; its own hash seed, so set-order flakiness shows too)."
 )
 @fraction_option("--near-duplicate", 0.9, "Similarity from which two tasks are near-duplicates.")
+@click.option(
+    "--broker",
+    "broker_url",
+    default="embedded",
+    show_default=True,
+    help="Where the checks run: 'embedded' (here); redis://HOST:PORT/DB, each task's "
+    "checks on an `execgym worker` node (in its sandbox); 'ray' or ray://HOST:PORT: on "
+    "sandbox actors started on the cluster with --isolation and --warm-pool. --workers "
+    "is then the sandbox runs at once per task.",
+)
 def validate(
     tasks_path: str | None,
     dataset: str | None,
@@ -160,6 +206,7 @@ def validate(
     max_reference_time: float,
     warm_pool: bool,
     near_duplicate: float,
+    broker_url: str,
 ) -> None:
     """Find broken and weak tasks in TASKS (or a built-in data set) before training.
 
@@ -167,6 +214,7 @@ def validate(
     Examples:
       execgym validate --dataset humaneval --report report.html --json report.json
       execgym validate tasks.jsonl -o clean.jsonl --min-mutation-score 0.8
+      execgym validate tasks.jsonl --json report.json --broker redis://localhost:6379/0
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     from execgym.validation import Context, Thresholds, coverage_site
 
@@ -181,6 +229,13 @@ def validate(
     limits = Limits(wall_time_s=wall_time_s, cpu_time_s=wall_time_s)
     try:
         tasks, rejected = load(tasks_path, dataset)
+        if broker_url not in EMBEDDED:
+            broker = _open_broker(broker_url, isolation, warm_pool, workers)
+            ctx_args = {"thresholds": thresholds, "limits": limits, "workers": workers or 2}
+            report = asyncio.run(_validate_remote(broker, tasks, rejected, ctx_args))
+            _write_reports(report, tasks, output, html, json_path)
+            _print_summary(report)
+            return
         site = coverage_site()
         ctx = Context(
             _sandbox(isolation, warm_pool, site),

@@ -115,7 +115,7 @@ def worker(
             click.echo(asyncio.run(describe_broker(broker)))
             return
         reward = load_spec(reward_name) if reward_name is not None else None
-        sandbox = sandbox_for(isolation, warm_pool, allow_root)
+        sandbox = sandbox_for(isolation, warm_pool, allow_root, validating=True)
         metrics = serve_metrics(metrics_host, metrics_port) if metrics_port is not None else None
         node = Worker(
             broker,

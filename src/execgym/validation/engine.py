@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from execgym.limits import Limits
 from execgym.tasks.models import Task
 from execgym.validation import (
     coverage,
@@ -23,7 +24,7 @@ from execgym.validation import (
     schema,
     trivial,
 )
-from execgym.validation.base import CheckResult, Context, Outcome
+from execgym.validation.base import CheckResult, Context, Outcome, Thresholds
 
 CHECKS = (
     "schema",
@@ -161,7 +162,6 @@ async def validate_tasks(
         The :class:`ValidationReport`, tasks in input order.
     """
     started = time.monotonic()
-    dupes = duplicates.check_all(tasks, ctx.thresholds.near_duplicate_similarity)
 
     # Tasks in flight are bounded, so a large set never holds every task's mutants (and
     # their programs) in memory at once; a few per worker keep the sandboxes busy.
@@ -175,14 +175,42 @@ async def validate_tasks(
         return found
 
     per_task = await asyncio.gather(*(one(t) for t in tasks))
+    return assemble(tasks, per_task, ctx.thresholds, ctx.limits, rejected, started, ctx.runs)
+
+
+def assemble(
+    tasks: list[Task],
+    per_task: list[list[CheckResult]],
+    thresholds: Thresholds,
+    limits: Limits,
+    rejected: Mapping[str, str] | None,
+    started: float,
+    runs: int,
+) -> ValidationReport:
+    """The report of ``tasks`` from each one's :func:`validate_task` results.
+
+    Adds the duplicates check (across the whole set, never in a sandbox) and a schema
+    failure per ``rejected`` line; shared by :func:`validate_tasks` and by validation
+    through a broker (:mod:`execgym.broker.validation_jobs`), so both report alike.
+
+    Args:
+        tasks: The tasks, in input order; ``per_task`` holds their results, same order.
+        per_task: Each task's per-task check results.
+        thresholds: The thresholds used (duplicates' similarity; recorded in ``settings``).
+        limits: The base limits used (recorded in ``settings``).
+        rejected: ``{task_id: why}`` for task lines the loader refused.
+        started: ``time.monotonic()`` when the validation started.
+        runs: Sandbox runs made, wherever they ran.
+    """
+    dupes = duplicates.check_all(tasks, thresholds.near_duplicate_similarity)
     reports = []
     for task, found in zip(tasks, per_task, strict=True):
         ordered = sorted([*found, dupes[task.task_id]], key=lambda r: CHECKS.index(r.check))
         reports.append(TaskReport(task.task_id, tuple(ordered)))
     for task_id, why in (rejected or {}).items():
         reports.append(TaskReport(task_id, (schema.load_failure(why),)))
-    settings = {"thresholds": _asdict(ctx.thresholds), "wall_time_s": ctx.limits.wall_time_s}
-    return ValidationReport(tuple(reports), time.monotonic() - started, ctx.runs, settings)
+    settings = {"thresholds": _asdict(thresholds), "wall_time_s": limits.wall_time_s}
+    return ValidationReport(tuple(reports), time.monotonic() - started, runs, settings)
 
 
 def _asdict(value: Any) -> dict[str, Any]:
