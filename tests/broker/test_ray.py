@@ -381,3 +381,20 @@ async def test_serve_with_broker_ray_scores_http_jobs_on_the_actors(ray_cluster:
     assert never.calls == []
     assert [r["verdict"] for r in job["results"]] == ["passed", "failed", "error"]
     assert status["completed"] == 3
+
+
+def test_validate_broker_ray_reports_what_validating_here_reports(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    from tests.broker.test_validate_broker import checks, validate
+    from tests.validation import planted
+
+    tasks = tmp_path / "tasks.jsonl"
+    chosen = (planted.GOOD, planted.WRONG_REFERENCE)
+    tasks.write_text("".join(t.model_dump_json(exclude_none=True) + "\n" for t in chosen))
+    options = ("--no-warm-pool", "--workers", "1")  # one sandbox per 1-CPU actor
+    here = validate(tasks, tmp_path / "here.json", *options)
+    remote = validate(tasks, tmp_path / "ray.json", *options, "--broker", "ray")
+    assert checks(remote) == checks(here)
+    assert [t["kept"] for t in remote["tasks"]] == [True, False]
+    assert remote["summary"]["sandbox_runs"] == here["summary"]["sandbox_runs"] > 0

@@ -32,14 +32,14 @@ def worker(redis_server: RedisServer) -> Iterator[subprocess.Popen[bytes]]:
     reap([process])
 
 
-def _validate(tasks: Path, report: Path, *extra: str) -> dict[str, Any]:
+def validate(tasks: Path, report: Path, *extra: str) -> dict[str, Any]:
     argv = ["validate", str(tasks), "--json", str(report), "--workers", "2"]
     result = CliRunner().invoke(main, [*argv, "--max-mutants", "6", *extra])
     assert result.exit_code == 0, result.output
     return json.loads(report.read_text())
 
 
-def _checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         task["task_id"]: {
             name: {
@@ -58,10 +58,10 @@ def test_validate_through_a_redis_worker_reports_what_validating_here_reports(
     tasks = tmp_path / "tasks.jsonl"
     chosen = (planted.GOOD, planted.WRONG_REFERENCE, planted.DUPLICATE)
     tasks.write_text("".join(t.model_dump_json(exclude_none=True) + "\n" for t in chosen))
-    here = _validate(tasks, tmp_path / "here.json")
-    remote = _validate(tasks, tmp_path / "remote.json", "--broker", redis_server.url)
+    here = validate(tasks, tmp_path / "here.json")
+    remote = validate(tasks, tmp_path / "remote.json", "--broker", redis_server.url)
     assert worker.poll() is None  # the worker ran the checks and is still serving
-    assert _checks(remote) == _checks(here)
+    assert checks(remote) == checks(here)
     kept = {t["task_id"]: t["kept"] for t in remote["tasks"]}
     assert kept == {
         "good/abs_diff": True,
