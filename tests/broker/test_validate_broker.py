@@ -69,3 +69,15 @@ def test_validate_through_a_redis_worker_reports_what_validating_here_reports(
         "bad/duplicate-of-good": False,
     }
     assert remote["summary"]["sandbox_runs"] == here["summary"]["sandbox_runs"] > 0
+
+
+async def test_a_worker_whose_cache_is_under_tmp_still_opens_its_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from execgym.cli.options import sandbox_for
+
+    require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # hidden in the sandbox
+    sandbox = sandbox_for("bwrap", False, False, validating=True)
+    await sandbox.aclose()
+    assert "validation jobs will not see coverage.py" in caplog.text

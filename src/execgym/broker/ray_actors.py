@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execgym.broker.messages import JobMessage, ResultMessage
-from execgym.broker.validation_jobs import validation_result
+from execgym.broker.validation_jobs import validation_result, worker_read_only_paths
 from execgym.ops.breakers import BreakerPolicy, Breakers, Ticket, dataset_of, type_key
 from execgym.ops.logs import log_context
 from execgym.reward import RewardSpec
@@ -138,13 +138,11 @@ class SandboxActor:
             from execgym.scoring.selftest import self_test
 
             config = self.config
-            from execgym.validation import coverage_site, sandbox_paths
-
             sandbox = open_sandbox(  # coverage's site read-only: validation jobs need it
                 config.isolation,
                 warm_pool=config.warm_pool,
                 allow_root=config.allow_root,
-                read_only_paths=sandbox_paths(coverage_site()),
+                read_only_paths=worker_read_only_paths(),
             )
             await self_test(sandbox)
             self._scoring = Scoring(sandbox, reward=config.reward, diagnose=config.diagnose)

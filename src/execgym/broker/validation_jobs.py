@@ -15,6 +15,7 @@ as for scoring.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from execgym.broker.client import score_jobs
 from execgym.broker.messages import JobMessage, ResultMessage, ValidationOrder
+from execgym.errors import ConfigError
 from execgym.limits import Limits
 from execgym.tasks.models import Rollout, Task
 
@@ -29,6 +31,24 @@ if TYPE_CHECKING:
     from execgym.sandbox.base import Sandbox
     from execgym.validation import CheckResult, Thresholds
     from execgym.validation.engine import ValidationReport
+
+log = logging.getLogger(__name__)
+
+
+def worker_read_only_paths() -> list[str] | None:
+    """The read-only paths of a worker's sandbox: the interpreter and the coverage site.
+
+    ``None`` (the sandbox's default) when the site cannot be bound, e.g. a cache under
+    ``/tmp``: the worker still starts and scores, with a warning saying why; its
+    validation jobs then report coverage as the sandbox lets them.
+    """
+    from execgym.validation import coverage_site, sandbox_paths
+
+    try:
+        return sandbox_paths(coverage_site())
+    except ConfigError as error:
+        log.warning("validation jobs will not see coverage.py: %s", error)
+        return None
 
 
 def validation_jobs(

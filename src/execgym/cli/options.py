@@ -238,9 +238,9 @@ def sandbox_for(
     """
     paths = None
     if validating:
-        from execgym.validation import coverage_site, sandbox_paths
+        from execgym.broker.validation_jobs import worker_read_only_paths
 
-        paths = sandbox_paths(coverage_site())
+        paths = worker_read_only_paths()
     return open_sandbox(
         isolation, warm_pool=warm_pool, allow_root=allow_root, read_only_paths=paths
     )
