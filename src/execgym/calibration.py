@@ -24,7 +24,7 @@ calibration each task's limit is measured instead:
   (``~/.cache/execgym/calibration``, keyed by the SHA-256 of the task, the sandbox,
   the limits and this host and interpreter), so the next batch does not measure
   again. A rollout of the task that starts while its reference is being measured
-  does not wait for it: it runs under the user's limits (its ``calibration`` says so).
+  waits for that measurement, so every rollout of a task runs under the same limits.
 
 Each result carries its ``calibration`` (reference times, factor, floor, the
 calibrated limits, or why none) and the effective ``limits`` it ran under.
@@ -247,12 +247,11 @@ class Calibrator:
         """
         key = self._key(task, limits)
         future = self._measured.get(key)
-        if future is not None and not future.done():
-            # Another rollout of the task is measuring its reference: this one does not
-            # wait (both sandboxes would idle on one measurement), it keeps the user's
-            # limits, which a calibrated limit is never above.
-            why = "the reference was being measured (for another rollout of this task)"
-            return self.apply(task, limits, Measurement(why_not=why), False)
+        # A rollout of the task that starts while another measures its reference waits
+        # for that one measurement: every rollout of a task in a batch then runs under
+        # the same limits, so identical completions get identical verdicts whatever the
+        # scheduling (a rollout that did not wait ran under the user's limit while its
+        # twin, later, ran under the calibrated one).
         if future is None:
             future = asyncio.get_running_loop().create_future()
             self._measured[key] = future
