@@ -32,6 +32,7 @@ from execgym.episodes import AsyncEnv, ScriptedAgent
 from execgym.episodes.swe import apply_patch, load_instances, patched_paths, repo_task
 from execgym.episodes.task import repo_files
 from execgym.testing import RedisServer
+from tests.broker.test_ray import ray_cluster  # noqa: F401 (the local Ray cluster)
 from tests.conftest import require
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "swe"
@@ -207,3 +208,29 @@ def test_one_episode_per_project_solved_in_its_environment(
         first = result.observations[1]["output"]
         assert "(3, 11)" in first, first  # Debian's Python, not the host's
         assert "/usr/bin/python3" in first, first
+
+
+@pytest.mark.timeout(900)  # the environment build (once), two actors and 2 real test runs
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # Ray's node start-up (test_ray.py)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_task_through_ray_sandbox_actors_in_the_clients_environment_cache(
+    swe_environment: Environment,
+    env_cache: EnvironmentCache,
+    ray_cluster: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the cluster's raylets were started without this variable: the actors get the
+    # client's cache through their ActorConfig, not through their own environment
+    monkeypatch.setenv("EXECGYM_ENV_CACHE", str(env_cache.root))
+    built = set(env_cache.root.joinpath("envs").iterdir())
+    # snapshots are named relative to the client's cwd; the actors' cwd is Ray's own
+    monkeypatch.chdir(DATA)
+    out = tmp_path / "results.jsonl"
+    rows = ONE_PER_PROJECT[:1]
+    preds = predictions(tmp_path / "p.jsonl", rows)
+    args = ["score", str(INSTANCES), str(preds), "-o", str(out), "--broker", "ray"]
+    result = CliRunner().invoke(main, [*args, "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert verdicts(out) == expected(rows)
+    assert set(env_cache.root.joinpath("envs").iterdir()) == built  # used, not built again

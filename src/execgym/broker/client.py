@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from execgym.broker._cancel import cancel_and_wait
@@ -56,6 +57,7 @@ def make_jobs(
     """
     batch = batch_id or uuid.uuid4().hex
     now = time.time()
+    tasks = {task_id: _anchored(task) for task_id, task in tasks.items()}
     jobs: list[JobMessage] = []
     local: list[RolloutLine | LineProblem] = []
     for item in items:
@@ -75,6 +77,19 @@ def make_jobs(
             )
         )
     return jobs, local
+
+
+def _anchored(task: Task) -> Task:
+    """``task`` with a relative ``swe.snapshot`` made absolute against this process's cwd.
+
+    A worker process or Ray actor has its own working directory: the path the client
+    reads relative to its own must reach it whole (on one machine, or a shared path).
+    """
+    swe = task.swe
+    if swe is None or "://" in swe.snapshot or Path(swe.snapshot).is_absolute():
+        return task
+    snapshot = str(Path(swe.snapshot).absolute())
+    return task.model_copy(update={"swe": swe.model_copy(update={"snapshot": snapshot})})
 
 
 def _check_batch(jobs: Sequence[JobMessage]) -> str:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from execgym.broker.messages import JobMessage, ResultMessage
@@ -84,6 +85,16 @@ class _RayBoard:
         await self.handle.record.remote(ticket, infrastructure_failure)
 
 
+def _client_env_cache() -> str:
+    from execgym.environments.cache import default_cache_dir
+
+    return str(default_cache_dir())
+
+
+def _client_env_store() -> str | None:
+    return os.environ.get("EXECGYM_STORE") or None
+
+
 @dataclass(frozen=True)
 class ActorConfig:
     """How each sandbox actor is made (sent to the actor when it starts).
@@ -95,6 +106,12 @@ class ActorConfig:
         reward: The reward spec every result is rewarded with (``None``: binary).
         breaker_key: How a task's type is named for the breakers (``dataset``...).
         diagnose: Diagnostics for every passing rollout (``None``: each task's own).
+        env_cache: The environment cache directory tasks' environments are read from
+            (default: the client's, ``$EXECGYM_ENV_CACHE`` or its default, read where
+            the config is made). An actor on a node without that directory uses its
+            node's default cache instead (see docs/ray.md for several nodes).
+        env_store: The object store missing environments are pulled from (default: the
+            client's ``$EXECGYM_STORE``; ``None``: none).
     """
 
     isolation: str = "bwrap"
@@ -103,6 +120,28 @@ class ActorConfig:
     reward: RewardSpec | None = None
     breaker_key: str = "dataset"
     diagnose: tuple[str, ...] | None = None
+    env_cache: str | None = field(default_factory=_client_env_cache)
+    env_store: str | None = field(default_factory=_client_env_store)
+
+    def environments(self, sandbox: Any) -> Any:
+        """The :class:`~execgym.environments.routing.EnvironmentSandboxes` of ``sandbox``.
+
+        On the cache ``env_cache`` names when this node has that directory (one machine,
+        or a shared file system), else this node's default cache; pulling from
+        ``env_store`` when set.
+        """
+        from execgym.environments.cache import EnvironmentCache
+        from execgym.environments.routing import EnvironmentSandboxes
+
+        cache = None
+        if self.env_cache is not None and Path(self.env_cache).is_dir():
+            cache = EnvironmentCache(Path(self.env_cache))
+        store = None
+        if self.env_store is not None:
+            from execgym.storage import open_store
+
+            store = open_store(self.env_store)
+        return EnvironmentSandboxes(sandbox, cache=cache, store=store)
 
 
 class SandboxActor:
@@ -125,6 +164,7 @@ class SandboxActor:
         self.name = name or f"ray-{socket.gethostname()}-{os.getpid()}"
         self.type_of = type_key(config.breaker_key) if board is not None else dataset_of
         self._scoring: Scoring | None = None
+        self._env_base: Any = None
 
     async def ready(self) -> dict[str, object]:
         """Open and self-test the sandbox; where this actor runs.
@@ -145,7 +185,17 @@ class SandboxActor:
                 read_only_paths=worker_read_only_paths(),
             )
             await self_test(sandbox)
-            self._scoring = Scoring(sandbox, reward=config.reward, diagnose=config.diagnose)
+            # tasks' environments get an execgym worker's sandbox: the host paths bound
+            # for validation jobs above do not exist in (and cannot be made in) them
+            self._env_base = open_sandbox(
+                config.isolation, warm_pool=config.warm_pool, allow_root=config.allow_root
+            )
+            self._scoring = Scoring(
+                sandbox,
+                reward=config.reward,
+                diagnose=config.diagnose,
+                environments=config.environments(self._env_base),
+            )
         import ray
 
         return {
@@ -202,3 +252,6 @@ class SandboxActor:
             scoring, self._scoring = self._scoring, None
             await scoring.aclose()
             await scoring.sandbox.aclose()
+        if self._env_base is not None:
+            base, self._env_base = self._env_base, None
+            await base.aclose()
