@@ -216,7 +216,7 @@ def test_one_episode_per_project_solved_in_its_environment(
 def test_a_task_through_ray_sandbox_actors_in_the_clients_environment_cache(
     swe_environment: Environment,
     env_cache: EnvironmentCache,
-    ray_cluster: Any,
+    ray_cluster: Any,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
