@@ -139,7 +139,10 @@ def test_gold_and_empty_patches_in_one_batch_through_execgym_score(
 
 @pytest.mark.timeout(900)  # the environment build (once) and 24 real test runs
 def test_every_task_through_redis_and_a_worker_process(
-    swe_environment: Environment, env_cache: EnvironmentCache, tmp_path: Path
+    swe_environment: Environment,
+    env_cache: EnvironmentCache,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     require(shutil.which("redis-server") is not None, "redis-server (apt-get install redis-server)")
     server = RedisServer(tmp_path / "redis")
@@ -147,9 +150,12 @@ def test_every_task_through_redis_and_a_worker_process(
     server.start()
     env = {**os.environ, "EXECGYM_ENV_CACHE": str(env_cache.root)}
     log = (tmp_path / "worker.log").open("wb")
+    # The instances name their snapshots relative to the client's cwd, as for a local
+    # batch; the worker runs elsewhere: the jobs carry the paths made absolute.
+    monkeypatch.chdir(DATA)
     worker = subprocess.Popen(
         [sys.executable, "-m", "execgym", "worker", "--broker", server.url, "--concurrency", "4"],
-        cwd=DATA,
+        cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log,

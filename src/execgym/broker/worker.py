@@ -28,7 +28,7 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from execgym.broker._cancel import cancel_and_wait
 from execgym.broker.base import Broker, Delivery
@@ -120,6 +120,7 @@ class Worker:
             sandbox is then wrapped in a :class:`~execgym.ops.metrics.MeteredSandbox`).
         reward: How this worker turns judgements into rewards (every result then has
             a ``reward_breakdown``); ``None``: the binary reward.
+        environments: Where tasks naming an ``environment`` run (default: ``sandbox``'s).
 
     Raises:
         ConfigError: if ``reward`` needs a tool (ruff, radon, bandit) that is missing.
@@ -134,6 +135,7 @@ class Worker:
         breakers: Breakers | None = None,
         metrics: Metrics | None = None,
         reward: RewardSpec | None = None,
+        environments: Any = None,
     ) -> None:
         self.broker = broker
         self.breakers = breakers
@@ -158,8 +160,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        # Metrics are counted here, once a result is stored, not by score_rollout.
-        self._scoring = Scoring(sandbox, reward=reward, breakers=breakers)
+        self._scoring = Scoring(sandbox, reward=reward, breakers=breakers)  # metrics: on store
+        self._scoring.environments = environments  # None: made from ``sandbox`` on first use
 
     def stop(self, *, drain: bool = True) -> None:
         """Stop: take no new job; running ones finish or are handed back.

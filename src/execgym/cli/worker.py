@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -105,7 +105,7 @@ def worker(
       execgym worker --broker redis://localhost:6379/0 --check
     """  # noqa: D301 - click keeps the lines after a backspace character ("\b") as they are
     from execgym.broker import BrokerSettings, open_broker
-    from execgym.broker.worker import Worker, WorkerSettings, describe_broker, run_node
+    from execgym.broker.worker import Worker, WorkerSettings, describe_broker
     from execgym.reward import load_spec
 
     settings = BrokerSettings(visibility_timeout_s=visibility_timeout_s)
@@ -116,6 +116,12 @@ def worker(
             return
         reward = load_spec(reward_name) if reward_name is not None else None
         sandbox = sandbox_for(isolation, warm_pool, allow_root, validating=True)
+        # Tasks' environments get a plain sandbox of the same tier: the host paths bound
+        # above for validation jobs do not exist in (and cannot be made in) their roots.
+        from execgym.environments.routing import EnvironmentSandboxes, default_store
+
+        plain = sandbox_for(isolation, warm_pool, allow_root)
+        environments = EnvironmentSandboxes(plain, store=default_store())
         metrics = serve_metrics(metrics_host, metrics_port) if metrics_port is not None else None
         node = Worker(
             broker,
@@ -128,8 +134,9 @@ def worker(
             breakers=breakers,
             metrics=metrics,
             reward=reward,
+            environments=environments,
         )
-        asyncio.run(run_node(node))
+        asyncio.run(_run(node, plain))
     except Error as error:
         raise click.ClickException(str(error)) from error
 
@@ -150,3 +157,13 @@ def serve_metrics(host: str, port: int) -> Metrics:
         ) from error
     click.echo(f"metrics: http://{host}:{server.server_port}/metrics", err=True)
     return metrics
+
+
+async def _run(node: Any, plain: Any) -> None:
+    """:func:`~execgym.broker.worker.run_node`, then close the environments' template."""
+    from execgym.broker.worker import run_node
+
+    try:
+        await run_node(node)
+    finally:
+        await plain.aclose()
