@@ -465,7 +465,10 @@ def test_cgroups_left_by_a_killed_execgym_are_swept(needs_cgroup) -> None:
     try:
         _cgroup._swept.clear()
         removed = _cgroup.sweep_stale(host)
-        assert sorted(set(removed)) == sorted(names[:3])
+        # Ours of the dead process are removed, the live one's kept; a real leftover of
+        # another killed execgym on this host may be swept too (that is the sweep's job).
+        assert set(names[:3]) <= set(removed)
+        assert names[3] not in removed
         assert all(not path.exists() for path in made if str(probe.pid) in path.name)
         assert all(path.exists() for path in made if str(os.getpid()) in path.name)
     finally:
