@@ -40,6 +40,7 @@ from execgym.broker.episode_records import (
     connect,
     error_reply,
     lost_reason,
+    opened_record,
     outcome_json,
     record_fields,
     redis_errors,
@@ -235,20 +236,8 @@ class EpisodeHost:
         if op == "open":
             task = self.task_of(request["task"])
             _, observation = await self.registry.open(task, episode_id=episode_id)
-            now = time.time()
-            await self._write(
-                episode_id,
-                fresh=True,
-                worker=self.name,
-                task_id=task_id_of(task),
-                state="running",
-                steps=0,
-                reward=None,
-                terminated=False,
-                truncated=False,
-                opened_at=now,
-                used_at=now,
-            )
+            record = opened_record(self.name, task_id_of(task), time.time())
+            await self._write(episode_id, fresh=True, **record)
             return {"ok": True, "observation": observation}
         if op == "step":
             outcome = await self.registry.step(

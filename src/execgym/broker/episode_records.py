@@ -88,6 +88,26 @@ HEARTBEAT_GONE = "stopped answering (its heartbeat expired: it died, was killed,
 """Why, in :func:`lost_reason`, when a replica finds the worker's heartbeat gone."""
 
 
+def opened_record(worker: str, task_id: str, now: float) -> dict[str, Any]:
+    """The fields of a just-opened episode's record (for :func:`record_fields`).
+
+    One definition for every transport (Redis-routed episode workers, Ray episode
+    actors), so a replica reads the same record whichever opened the episode.
+    ``now``: Unix seconds.
+    """
+    return {
+        "worker": worker,
+        "task_id": task_id,
+        "state": "running",
+        "steps": 0,
+        "reward": None,
+        "terminated": False,
+        "truncated": False,
+        "opened_at": now,
+        "used_at": now,
+    }
+
+
 def record_fields(**values: Any) -> list[str]:
     """``name, value, ...`` for ``HSET``: booleans as ``1``/``0``, rewards as JSON."""
     flat: list[str] = []

@@ -19,6 +19,7 @@ gets :class:`~execgym.errors.EpisodeOver` with it.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import uuid
@@ -35,7 +36,7 @@ class WorkerGone(Exception):
     """The worker a request went to is gone; the router ends the episode masked."""
 
 
-class EpisodeRouter:
+class EpisodeRouter(abc.ABC):
     """Opens, steps, reads and closes episodes held by workers; see the module doc.
 
     Args:
@@ -69,14 +70,17 @@ class EpisodeRouter:
 
     # -- what a transport provides
 
+    @abc.abstractmethod
     async def workers(self) -> dict[str, dict[str, Any]]:
         """The live workers: name -> ``{"live": episodes, "max_episodes": ...}``."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def no_worker(self) -> BrokerError:
         """The error when no worker is alive (it says how to start one)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     async def record(self, episode_id: str) -> dict[str, str]:
         """The episode's record.
 
@@ -85,14 +89,17 @@ class EpisodeRouter:
         """
         raise NotImplementedError
 
+    @abc.abstractmethod
     async def alive(self, worker: str) -> bool:
         """Whether ``worker`` is alive."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     async def lose(self, episode_id: str, worker: str) -> EpisodeView:
         """End the episode masked if ``worker`` is gone (atomically); its view."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     async def ask(self, worker: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """Send ``request`` to ``worker``; its reply.
 
@@ -101,11 +108,12 @@ class EpisodeRouter:
         """
         raise NotImplementedError
 
+    @abc.abstractmethod
     async def forget(self, episode_id: str) -> None:
         """Delete the episode's record."""
         raise NotImplementedError
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - a default: not every transport holds any
         """Release this front end's connections (the episodes stay on their workers)."""
 
     # -- the Episodes interface

@@ -21,7 +21,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from execgym.broker.episode_records import error_reply, outcome_json, record_fields
+from execgym.broker.episode_records import (
+    error_reply,
+    opened_record,
+    outcome_json,
+    record_fields,
+)
 from execgym.episodes.registry import EpisodeRegistry, task_id_of
 
 
@@ -146,18 +151,7 @@ class EpisodeActor:
             _, observation = await self.registry.open(parsed, episode_id=episode_id)
         except Exception as error:  # answered, as an episode worker does
             return error_reply(error)
-        now = time.time()
-        record = _fields(
-            worker=self.name,
-            task_id=task_id_of(parsed),
-            state="running",
-            steps=0,
-            reward=None,
-            terminated=False,
-            truncated=False,
-            opened_at=now,
-            used_at=now,
-        )
+        record = _fields(**opened_record(self.name, task_id_of(parsed), time.time()))
         await self.directory.put.remote(episode_id, record)
         return {"ok": True, "observation": observation}
 

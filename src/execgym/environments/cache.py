@@ -30,7 +30,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from execgym.environments.layers import UnpackedLayer, assemble, unpack_layer
+from execgym.environments.layers import UnpackedLayer, assemble, remove_tree, unpack_layer
 from execgym.environments.model import (
     HOST,
     HOST_NAME,
@@ -225,12 +224,12 @@ class EnvironmentCache:
             if self.has_layer(digest):
                 return self.layer(digest)
             if target.exists():  # a half-written one from a crash: replace it
-                _remove_tree(target)
+                remove_tree(target)
             os.rename(scratch / "layer", target)
             self._count("layers_unpacked")
             return UnpackedLayer.load(digest, target)
         finally:
-            _remove_tree(scratch)
+            remove_tree(scratch)
 
     # -- environments -------------------------------------------------------------------
 
@@ -297,7 +296,7 @@ class EnvironmentCache:
             if not unused:
                 return
             for gone in unused:
-                _remove_tree(self._env_dir(gone))
+                remove_tree(self._env_dir(gone))
 
     def record(self, environment: Environment) -> dict[str, Any]:
         """The stored record of an environment.
@@ -358,13 +357,13 @@ class EnvironmentCache:
                     (target / "environment.json").write_text(json.dumps(record, indent=1))
                 else:
                     if target.exists():
-                        _remove_tree(target)
+                        remove_tree(target)
                     record["shared"] = self._share(rootfs, layers)
                     (scratch / "environment.json").write_text(json.dumps(record, indent=1))
                     os.rename(scratch, target)
                     self._count("environments_assembled")
             finally:
-                _remove_tree(scratch)
+                remove_tree(scratch)
             if name is not None:
                 self._name(name, digest)
         return self._load(digest)
@@ -483,11 +482,11 @@ class EnvironmentCache:
             used = {layer for d in self._digests() for layer in self._load(d).layers}
             for path in sorted((self.root / "layers").iterdir()):
                 if "sha256:" + path.name not in used:
-                    _remove_tree(path)
+                    remove_tree(path)
                     removed.append("sha256:" + path.name)
             self._write_json("names.json", {n: d for n, d in names.items() if d not in removed})
             for path in (self.root / "tmp").iterdir():
-                _remove_tree(path)
+                remove_tree(path)
         return removed
 
     def disk_use(self) -> DiskUse:
@@ -496,24 +495,3 @@ class EnvironmentCache:
         layers = _usage([self.root / "layers"], seen)
         envs = _usage([self.root / "envs"], seen)
         return DiskUse(layers, envs, layers + envs)
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove ``path`` even where its directories lack write permission for us."""
-    if not path.exists() and not path.is_symlink():
-        return
-    if path.is_symlink() or not path.is_dir():
-        path.unlink()
-        return
-
-    def retry(function: Any, name: str, _error: Any) -> None:
-        parent = os.path.dirname(name)
-        with contextlib.suppress(OSError):
-            os.chmod(parent, 0o700)
-        if os.path.isdir(name) and not os.path.islink(name):
-            os.chmod(name, 0o700)
-            shutil.rmtree(name, onerror=retry)
-        else:
-            os.unlink(name)
-
-    shutil.rmtree(path, onerror=retry)

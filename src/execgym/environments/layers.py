@@ -22,6 +22,7 @@ extraction filter (PEP 706).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -306,3 +307,28 @@ def assemble(rootfs: Path, layers: Sequence[UnpackedLayer]) -> None:
     for layer in layers:
         apply_layer(rootfs, layer)
     os.chmod(rootfs, 0o755)  # noqa: S103 (the sandbox's unprivileged uid walks this root)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` (a file, a link or a tree), nothing if it is absent.
+
+    Works where its directories lack write permission for us (unpacked layers keep
+    their modes): they are made writable as the removal reaches them.
+    """
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+
+    def retry(function: object, name: str, _error: object) -> None:
+        parent = os.path.dirname(name)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, 0o700)
+        if os.path.isdir(name) and not os.path.islink(name):
+            os.chmod(name, 0o700)
+            shutil.rmtree(name, onerror=retry)
+        else:
+            os.unlink(name)
+
+    shutil.rmtree(path, onerror=retry)

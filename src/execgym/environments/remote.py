@@ -24,8 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from execgym.environments.cache import EnvironmentCache, _remove_tree
-from execgym.environments.layers import OPAQUE_MARKER, WHITEOUT_PREFIX, UnpackedLayer
+from execgym.environments.cache import EnvironmentCache
+from execgym.environments.layers import OPAQUE_MARKER, WHITEOUT_PREFIX, UnpackedLayer, remove_tree
 from execgym.environments.model import Environment
 from execgym.storage import Manifest, Store, VersionRecord
 
@@ -103,7 +103,7 @@ def push(store: Store, environment: Environment, name: str) -> Pushed:
         record = store.push_files(files, name=name, metadata=metadata)
         return Pushed(record, len(environment.layers))
     finally:
-        _remove_tree(scratch)
+        remove_tree(scratch)
 
 
 def pull(
@@ -156,4 +156,4 @@ def _pull_layer(
         store.blobs.download(entry.sha256, blob)
         return cache.add_layer(functools.partial(blob.open, "rb"), None, stored_as=digest)
     finally:
-        _remove_tree(scratch)
+        remove_tree(scratch)

@@ -23,11 +23,10 @@ while another environment shares from it (``EnvironmentCache.remove`` and ``gc``
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from execgym.environments.layers import UnpackedLayer
+from execgym.environments.layers import UnpackedLayer, remove_tree
 from execgym.environments.model import Environment
 
 MIN_SHARED_DIRS = 4
@@ -75,24 +74,12 @@ def _count_dirs(path: str, limit: int) -> int:
 def _empty_like(path: str) -> None:
     """Replace the directory ``path`` by an empty one with its mode, owner and times."""
     info = os.lstat(path)
-    _remove(path)
+    remove_tree(Path(path))
     os.mkdir(path)
     if os.geteuid() == 0:
         os.lchown(path, info.st_uid, info.st_gid)
     os.chmod(path, info.st_mode & 0o7777)
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
-
-
-def _remove(path: str) -> None:
-    def retry(function: object, name: str, _error: object) -> None:
-        os.chmod(os.path.dirname(name), 0o700)
-        if os.path.isdir(name) and not os.path.islink(name):
-            os.chmod(name, 0o700)
-            shutil.rmtree(name, onerror=retry)
-        else:
-            os.unlink(name)
-
-    shutil.rmtree(path, onerror=retry)
 
 
 def share_unchanged(

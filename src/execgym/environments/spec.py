@@ -47,7 +47,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from execgym.environments.cache import EnvironmentCache, _remove_tree
+from execgym.environments.cache import EnvironmentCache
+from execgym.environments.layers import remove_tree
 from execgym.environments.model import Environment, canonical_json, sha256_digest
 from execgym.environments.mounts import SKIPPED
 from execgym.errors import SandboxUnavailable
@@ -450,4 +451,4 @@ def _build(
         cache._count("environments_built")
         return environment
     finally:
-        _remove_tree(scratch)
+        remove_tree(scratch)

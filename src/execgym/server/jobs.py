@@ -8,6 +8,7 @@ rollouts through Redis or Ray to the workers and keeps only the jobs' state here
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import time
@@ -117,7 +118,7 @@ class _Job:
     results: list[ScoredRollout] = field(default_factory=list)
 
 
-class _Jobs:
+class _Jobs(abc.ABC):
     """What every job runner shares: jobs by id, their capacity, results, expiry.
 
     A subclass scores a batch in :meth:`_run`, calling ``on_result`` for each result.
@@ -163,6 +164,7 @@ class _Jobs:
             task = batch.tasks.get(item.rollout.task_id) if isinstance(item, RolloutLine) else None
             self._metrics.jobs_submitted.labels(self._type_of(task) if task else "unknown").inc()
 
+    @abc.abstractmethod
     async def _run(
         self,
         batch: Batch,
