@@ -1,5 +1,5 @@
 # status: ok
-# limits: {"wall_time_s": 3}
+# limits: {"wall_time_s": 5}
 # attack: ptrace-attach (ctypes, gdb, strace) to pid 1 and to the host pids of the test
 # stdout_has: b"blocked ptrace 1\n"
 # stdout_has: b"blocked process_vm_readv\n"
@@ -27,8 +27,12 @@ else:
     print("blocked process_vm_readv")
 for tool in (["/usr/bin/gdb", "-batch", "-p", "1"], ["/usr/bin/strace", "-p", "1"]):
     if os.path.exists(tool[0]):
-        done = subprocess.run(tool, capture_output=True, timeout=2, check=False)
-        print(f"{tool[0]} exited {done.returncode}")
+        try:  # informational: the ptrace calls above decide; a loaded host starts gdb slowly
+            done = subprocess.run(tool, capture_output=True, timeout=2, check=False)
+        except subprocess.TimeoutExpired:
+            print(f"{tool[0]} did not finish in 2 s")
+        else:
+            print(f"{tool[0]} exited {done.returncode}")
 # /proc/1/mem of a same-uid, dumpable init opens for writing (no ptrace call needed), and
 # then its exit status could be rewritten. Reading at address 0 fails anyway: read at a
 # mapped address, and opening it at all is the escape.
