@@ -8,6 +8,9 @@ programs derived from execgym's sources are kept between processes.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import importlib
 import json
 import shutil
@@ -18,9 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from execgym import guest, program_cache
+from execgym.cli import main
+from execgym.cli.score import ScoreOptions
 from execgym.lazy_exports import LazyPackage
+from execgym.sandbox import RunRequest, RunResult, UnisolatedSandbox
 from tests.conftest import ONE_TASK, require, write_jsonl
 
 # Nothing of these serves a batch of Python assert tasks with the default options.
@@ -188,3 +195,73 @@ def test_a_cached_bundle_is_the_bundle(cache_home: Path, monkeypatch: pytest.Mon
         assert guest.bundle("assert_runner") == built
     finally:
         guest.bundle.cache_clear()
+
+
+class _SelfTestWatched(UnisolatedSandbox):
+    """Runs programs unisolated, and sees whether the self-test runs beside a rollout.
+
+    The self-test's run is told apart by its known-good test (``candidate() == 1``;
+    the batch's task says ``c() == 1``). It waits, at most ``wait_s``, for a rollout
+    of the batch to have finished; ``broken`` then makes it fail as a sandbox that
+    cannot start the harness would.
+    """
+
+    def __init__(self, *, broken: bool = False, wait_s: float = 5.0) -> None:
+        super().__init__(allow_root=True)
+        self.broken = broken
+        self.wait_s = wait_s
+        self.rollouts_done = 0
+        self.self_test_saw: int | None = None
+        self._done: asyncio.Event | None = None
+
+    async def run(self, request: RunRequest) -> RunResult:
+        self._done = self._done or asyncio.Event()
+        if b"candidate() == 1" not in (request.stdin or b""):
+            result = await super().run(request)
+            self.rollouts_done += 1
+            self._done.set()
+            return result
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.wait_s):
+                await self._done.wait()
+        await asyncio.sleep(0.1)  # the rollout's result reaches the results file's writer
+        self.self_test_saw = self.rollouts_done
+        if self.broken:  # the harness never starts: no report, the self-test fails
+            request = dataclasses.replace(request, python_source=b"raise SystemExit(3)\n")
+        return await super().run(request)
+
+
+def _score_with(sandbox: _SelfTestWatched, tmp_path: Path) -> tuple[int, str, Path]:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "r.jsonl", [{"task_id": "t/1", "completion": "    return 1\n"}]
+    )
+    out = tmp_path / "out.jsonl"
+    args = ["score", str(tasks), str(rollouts), "-o", str(out), "--k", "1"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ScoreOptions, "sandbox", lambda self: sandbox)
+        done = CliRunner().invoke(main, [*args, "--isolation", "none", "--allow-root"])
+    return done.exit_code, done.stdout + done.stderr, out
+
+
+def test_the_self_test_runs_beside_the_first_rollouts(tmp_path: Path) -> None:
+    # Issue 23: the batch's first rollout waited for the self-test's run to end (about
+    # a tenth of the command's start); the old code lets the self-test wait out wait_s.
+    sandbox = _SelfTestWatched()
+    code, output, out = _score_with(sandbox, tmp_path)
+    assert code == 0, output
+    assert sandbox.self_test_saw == 1
+    assert [json.loads(line)["verdict"] for line in out.read_text().splitlines()] == ["passed"]
+
+
+def test_results_scored_beside_a_failing_self_test_are_never_written(tmp_path: Path) -> None:
+    # The self-test's purpose: a broken sandbox stops the batch before any result
+    # counts. The rollout finished before the self-test failed: its result was held,
+    # and is dropped with the batch; the results file is not even created.
+    sandbox = _SelfTestWatched(broken=True)
+    code, output, out = _score_with(sandbox, tmp_path)
+    assert sandbox.self_test_saw == 1
+    assert code == 1, output
+    assert "failed its self-test" in output
+    assert "results were written" not in output
+    assert not out.exists()

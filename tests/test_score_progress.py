@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from execgym._results_file import ResultsFile
-from execgym.cli.score_batch import Outcome, _write_all
+from execgym.cli.score_batch import Outcome, Results, _progress
 from execgym.ops import logs
 from execgym.scoring.results import invalid_result
 
@@ -39,16 +38,19 @@ def test_log_records_do_not_break_the_progress_bar(
     logs.configure("warning")  # execgym's handler: it writes to the current sys.stderr
     log = logging.getLogger("execgym.test")
 
-    async def run(write):  # type: ignore[no-untyped-def]
-        for index in range(3):
-            log.warning("sandbox_error task_id=t/%d attempt=1: slow host", index)
-            write(invalid_result(index, f"t/{index}", f"r{index}", "bad", "none"))
+    results = Results(str(tmp_path / "results.jsonl"), Outcome(), lambda: None)
+    results.open()
 
-    sink = ResultsFile(tmp_path / "results.jsonl")
+    async def run() -> None:
+        with _progress(results, 3):
+            for index in range(3):
+                log.warning("sandbox_error task_id=t/%d attempt=1: slow host", index)
+                results.write(invalid_result(index, f"t/{index}", f"r{index}", "bad", "none"))
+
     try:
-        asyncio.run(_write_all(run, sink, 3, Outcome(), [], None))
+        asyncio.run(run())
     finally:
-        sink.close()
+        results.close()
         root.handlers[:], _ = before
         root.setLevel(before[1])
     shown = terminal.getvalue()

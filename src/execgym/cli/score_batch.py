@@ -9,7 +9,9 @@
   buffer of bounded size (see :meth:`execgym.Scorer.score`), holding only the tail of
   its output that the file keeps.
 - :func:`prepare_local`: one warm pool serves the self-test and the batch, and it starts
-  while the input is read (the tasks are parsed on a thread while the zygote boots).
+  while the input is read (the tasks are parsed on a thread while the zygote boots);
+  the self-test runs beside the first rollouts, whose results are held until it passed
+  (:func:`score_after_self_test`).
   :func:`prepare_remote`: the rollouts go through a broker to ``execgym worker`` nodes.
 """
 
@@ -17,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import signal
 import sys
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +34,7 @@ from execgym.cli.score_inputs import RolloutStream, load_inputs
 from execgym.errors import Error
 
 if TYPE_CHECKING:  # imported when used: the command line starts before they are needed
+    from execgym._results_file import ResultsFile
     from execgym.cli.score import ScoreOptions
     from execgym.limits import Limits
     from execgym.reward import RewardSpec
@@ -84,20 +88,100 @@ def _tally() -> Any:
     return Tally()
 
 
-Write = Callable[["ScoredRollout"], None]
-"""Hands one result to the results file (and the summary)."""
+class Results:
+    """The batch's results on their way to the results file (and the summary).
+
+    :meth:`write` hands a result on in the order it is to be written. Until
+    :meth:`open` the file does not exist and results are held here: a local batch
+    starts scoring while its self-test runs, and nothing is written (the file is not
+    even created) unless the self-test passed; what the rollouts scored meanwhile
+    (the results of at most the self-test's run time, each with only its output's
+    tail) is written then, in order.
+
+    Args:
+        output: The results file (``-``: standard output).
+        outcome: Counts each result written.
+        stop: Called once if a write fails (the batch stops).
+
+    Attributes:
+        sink: The open results file, once :meth:`open` was called.
+        failed: The write errors (at most one: writing stops at the first).
+        on_written: Called after each result is written (the progress bar), if set.
+    """
+
+    def __init__(self, output: str, outcome: Outcome, stop: Callable[[], object]) -> None:
+        self.output = output
+        self.outcome = outcome
+        self.sink: ResultsFile | None = None
+        self.failed: list[OSError] = []
+        self.on_written: Callable[[], object] | None = None
+        self._stop = stop
+        self._held: list[ScoredRollout] = []
+
+    @property
+    def written(self) -> int:
+        """Results written to the file so far."""
+        return self.sink.written if self.sink is not None else 0
+
+    def open(self) -> None:
+        """Create the results file and write the results held so far.
+
+        Raises:
+            click.ClickException: if the file cannot be created.
+        """
+        from execgym._results_file import ResultsFile
+
+        if self.sink is not None:
+            return
+        try:
+            self.sink = ResultsFile(self.output)
+        except OSError as error:
+            raise click.ClickException(
+                f"cannot write the results to {self.output}: {error.strerror or error}"
+            ) from error
+        held, self._held = self._held, []
+        for result in held:
+            self.write(result)
+
+    def write(self, result: ScoredRollout) -> None:
+        """Write ``result`` (or hold it until :meth:`open`); a failed write stops the batch."""
+        if self.failed:
+            return
+        if self.sink is None:
+            self._held.append(result)
+            return
+        try:
+            self.sink.write(result)
+        except OSError as error:
+            self.failed.append(error)
+            self._stop()
+            return
+        self.outcome.add(result)
+        if self.on_written is not None:
+            self.on_written()
+
+    def close(self) -> None:
+        """Close the results file if it was opened (see :meth:`ResultsFile.close`)."""
+        if self.sink is not None:
+            self.sink.close()
 
 
-def run_batch(
-    prepare: Callable[[], Awaitable[tuple[Callable[[Write], Awaitable[None]], int]]],
-    output: str,
-) -> Outcome:
+Run = Callable[[Results], Awaitable[None]]
+"""Scores a batch: hands each result to :meth:`Results.write` and calls
+:meth:`Results.open` once nothing stands in the way of writing (its self-test passed)."""
+
+Prepare = Callable[[], Awaitable[tuple[Run, int]]]
+"""What :func:`run_batch` awaits first: everything before scoring, and the total."""
+
+
+def run_batch(prepare: Prepare, output: str) -> Outcome:
     """Run a batch in one event loop, writing its results to ``output`` as they come.
 
-    ``prepare()`` does everything before the first result (loading, the self-test) and
-    returns ``(run, total)``: ``run(write)`` scores the batch, handing each result to
-    ``write`` in the order it is to be written. The results file is created only then,
-    so a failure or a signal while preparing leaves nothing behind.
+    ``prepare()`` does what must come before scoring (loading, starting the sandbox)
+    and returns ``(run, total)``: ``run(results)`` scores the batch, handing each
+    result to :meth:`Results.write` in the order it is to be written, and opens the
+    results file (:meth:`Results.open`) once its self-test passed. Until then nothing
+    is written, so a failure or a signal before leaves nothing behind.
 
     SIGINT, SIGTERM and SIGHUP stop the batch after killing the running sandboxes:
     every result already written stays, and the exit status is 128 + the signal. A
@@ -108,12 +192,9 @@ def run_batch(
             :class:`~execgym.errors.Error` stops the batch (the message says how many
             results were written).
     """
-    from execgym._results_file import ResultsFile
-
     outcome = Outcome()
     stopped_by: list[int] = []
-    write_failed: list[OSError] = []
-    state: dict[str, object] = {}
+    state: dict[str, Any] = {}
 
     async def main() -> None:
         current = asyncio.current_task()
@@ -129,29 +210,26 @@ def run_batch(
         run, total = await prepare()
         outcome.tally = _tally()
         state["total"] = total
-        try:
-            sink = ResultsFile(output)
-        except OSError as error:
-            raise click.ClickException(
-                f"cannot write the results to {output}: {error.strerror or error}"
-            ) from error
-        state["sink"] = sink
-        await _write_all(run, sink, total, outcome, write_failed, current)
+        results = Results(output, outcome, lambda: current.cancel() if current else None)
+        state["results"] = results
+        with _progress(results, total):
+            await run(results)
+        results.open()  # an empty batch: the file, empty
 
     try:
         asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError):
-        sink = state.get("sink")
-        written = sink.written if isinstance(sink, ResultsFile) else 0
+        results = state.get("results")
+        written = results.written if results is not None else 0
         total = state.get("total", 0)
-        if write_failed:
-            error = write_failed[0]
+        if results is not None and results.failed:
+            error = results.failed[0]
             raise click.ClickException(
                 f"cannot write the results to {output}: {error.strerror or error} "
                 f"(the first {written} of {total} results were written); free space "
                 "on that file system or choose another path with -o, then score again"
             ) from error
-        if sink is None:
+        if results is None or results.sink is None:
             click.echo("interrupted", err=True)
         else:
             click.echo(
@@ -159,36 +237,33 @@ def run_batch(
             )
         sys.exit(128 + (stopped_by[0] if stopped_by else signal.SIGINT))
     except Error as error:
-        sink = state.get("sink")
-        written = sink.written if isinstance(sink, ResultsFile) else 0
+        results = state.get("results")
         suffix = (
-            f" ({written} of {state.get('total', 0)} results were written to {output})"
-            if sink is not None
+            f" ({results.written} of {state.get('total', 0)} results were written to {output})"
+            if results is not None and results.sink is not None
             else ""
         )
         raise click.ClickException(f"{error}{suffix}") from error
     finally:
-        sink = state.get("sink")
-        if isinstance(sink, ResultsFile):
-            sink.close()
+        results = state.get("results")
+        if results is not None:
+            results.close()
     return outcome
 
 
-async def _write_all(
-    run: Callable[[Write], Awaitable[None]],
-    sink: object,
-    total: int,
-    outcome: Outcome,
-    write_failed: list[OSError],
-    current: asyncio.Task[None] | None,
-) -> None:
+@contextlib.contextmanager
+def _progress(results: Results, total: int) -> Iterator[None]:
+    """A progress bar on stderr while the batch runs, if stderr is a terminal.
+
+    Without a terminal tqdm would draw nothing (``disable=None``): it is not even
+    imported then (a hundredth of a second of every start).
+    """
+    if not sys.stderr.isatty():
+        yield
+        return
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from execgym._results_file import ResultsFile
-
-    if not isinstance(sink, ResultsFile):
-        raise TypeError(f"the progress bar writes to a ResultsFile, not {type(sink).__name__}")
     tqdm.monitor_interval = 0  # no monitor thread: we fork children with preexec_fn
     # One process writes the bar: a thread lock, not tqdm's default, which imports
     # multiprocessing for a cross-process lock (a hundredth of a second of start-up).
@@ -199,21 +274,11 @@ async def _write_all(
         logging_redirect_tqdm(tqdm_class=tqdm),
         tqdm(total=total, unit="rollout", file=sys.stderr, disable=None) as bar,
     ):
-
-        def write(result: ScoredRollout) -> None:
-            if write_failed:
-                return
-            try:
-                sink.write(result)
-            except OSError as error:
-                write_failed.append(error)
-                if current is not None:
-                    current.cancel()
-                return
-            outcome.add(result)
-            bar.update(1)
-
-        await run(write)
+        results.on_written = lambda: bar.update(1)
+        try:
+            yield
+        finally:
+            results.on_written = None
 
 
 OUTPUT_TAIL = 2000
@@ -243,9 +308,6 @@ async def start_sandbox(sandbox: object) -> None:
 Items = list["RolloutLine | LineProblem"] | RolloutStream
 """The rollouts of a batch: a list (canonical solutions, a broker batch) or a stream."""
 
-Prepare = Callable[[], Awaitable[tuple[Callable[[Write], Awaitable[None]], int]]]
-"""What :func:`run_batch` awaits first: everything before the first result."""
-
 
 def prepare_local(
     options: ScoreOptions, limits: Limits, reward: RewardSpec | None, loaded: list[Items]
@@ -254,12 +316,13 @@ def prepare_local(
 
     Start-up runs side by side: the sandbox is made on one thread (finding the
     toolchains waits on their probes), the tasks are parsed (and the judges imported)
-    on another, and the warm pool's zygote boots in its own process meanwhile; the
-    self-test then runs on that same pool, which serves the batch. The rollouts, once
+    on another, and the warm pool's zygote boots in its own process meanwhile. The
+    self-test then runs on that same pool, which serves the batch, and beside the
+    batch's first rollouts (see :func:`score_after_self_test`). The rollouts, once
     read, are appended to ``loaded`` (for the warnings after the batch).
     """
 
-    async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
+    async def prepare() -> tuple[Run, int]:
         made: concurrent.futures.Future[Sandbox] = concurrent.futures.Future()
 
         def make() -> Sandbox:
@@ -283,7 +346,6 @@ def prepare_local(
             finally:
                 await starting  # its failure says more than a loading error
             loaded.append(items)
-            await scorer.self_test()
         except BaseException:
             for pending in (making, loading):
                 pending.cancel()
@@ -292,16 +354,9 @@ def prepare_local(
             raise
         total = items.total if isinstance(items, RolloutStream) else len(items)
 
-        async def run(write: Write) -> None:
+        async def run(results: Results) -> None:
             try:
-                await scorer.score(
-                    items,
-                    workers=options.workers,
-                    on_result=write,
-                    order=options.order,
-                    collect=False,
-                    output_tail=OUTPUT_TAIL,
-                )
+                await score_after_self_test(scorer, items, results, options)
             finally:
                 await scorer.aclose()  # the sandboxes of tasks' environments
                 await sandbox.aclose()
@@ -309,6 +364,57 @@ def prepare_local(
         return run, total
 
     return prepare
+
+
+async def score_after_self_test(
+    scorer: Scorer, items: Items, results: Results, options: ScoreOptions
+) -> None:
+    """Score ``items`` with ``scorer``; write nothing unless its self-test passes.
+
+    The self-test (one known-good rollout, :meth:`Scorer.self_test`) runs on the same
+    sandbox beside the batch's first rollouts, and the batch's results are held
+    (:class:`Results`) until it has passed: a broken sandbox still stops the batch
+    with nothing written, no result scored by it, while a working one no longer waits
+    for the self-test's run before its first rollout starts (its wall time was part
+    of every command's start).
+
+    Not side by side when a rollout's run can leave something behind that outlives
+    the batch: ``--calibrate-limits`` (measurements cached on disk) or a task with an
+    ``environment`` (built and cached); then the self-test passes first, as before.
+
+    Raises:
+        SandboxSetupFailed: the self-test did not pass (the rollouts in flight are
+            cancelled, their results dropped).
+        Error: what stops the batch (see :meth:`Scorer.score`).
+    """
+
+    async def score() -> None:
+        await scorer.score(
+            items,
+            workers=options.workers,
+            on_result=results.write,
+            order=options.order,
+            collect=False,
+            output_tail=OUTPUT_TAIL,
+        )
+
+    testing = asyncio.ensure_future(scorer.self_test())
+    scoring: asyncio.Future[None] | None = None
+    try:
+        if options.calibrate_limits or any(t.environment for t in scorer.tasks.values()):
+            await testing
+        scoring = asyncio.ensure_future(score())
+        await testing  # no result is written, nor the file created, before it passed
+        results.open()
+        await scoring
+    finally:
+        tasks = [task for task in (testing, scoring) if task is not None]
+        for task in tasks:
+            task.cancel()  # nothing if done
+        await asyncio.wait(tasks)
+        for task in tasks:  # each failure was raised above, or is superseded by the one that was
+            if not task.cancelled():
+                task.exception()
 
 
 def _load_for_scoring(
@@ -380,11 +486,12 @@ def prepare_remote(
     loaded.append(items)
     rollouts = list(items)
 
-    async def prepare() -> tuple[Callable[[Write], Awaitable[None]], int]:
+    async def prepare() -> tuple[Run, int]:
         remote = RemoteBatch(broker, tasks, rollouts, limits, skipped, calibrator)
 
-        async def run(write: Write) -> None:
-            await remote.run(write, ordered=options.order == "input", collect=False)
+        async def run(results: Results) -> None:
+            results.open()  # the workers ran their self-tests when they started
+            await remote.run(results.write, ordered=options.order == "input", collect=False)
 
         return run, len(rollouts)
 
