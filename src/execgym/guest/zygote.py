@@ -65,7 +65,10 @@ from .zygote_world import (
     NAMESPACES,
     NetworkNamespaces,
     RunUids,
+    SeccompFilter,
     clone_into_namespaces,
+    drop_bounding_set,
+    set_environ,
     trim_heap,
 )
 
@@ -90,6 +93,7 @@ def serve():
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (OSError, ValueError):
         pass  # keep the soft limit: past it, a run fails alone (EMFILE), not the pool
+    drop_bounding_set()  # for every run, once (see its docstring)
     gc.collect()
     trim_heap()  # every run's fork copies what the zygote holds
     gc.freeze()
@@ -104,7 +108,8 @@ class Zygote:
     Attributes:
         control: The socket to the host (requests in, began/end reports out).
         uids: The run uids leased to the pool (:class:`RunUids`).
-        seccomp: Network mode -> the seccomp program runs of that mode load.
+        seccomp: Network mode -> the seccomp filter runs of that mode load
+            (a :class:`SeccompFilter`, built once here).
         runs: pid -> (run id, or None while staged or once reported; the reused
             network namespace or None).
         ends: pid -> the :class:`RunEnd` its PID 1 reports the run's end through.
@@ -159,7 +164,8 @@ class Zygote:
                     preload(header, fds[0])
                     continue
                 if "seccomp" in header:
-                    self.seccomp[header["network"]] = bytes.fromhex(header["seccomp"])
+                    program = bytes.fromhex(header["seccomp"])
+                    self.seccomp[header["network"]] = SeccompFilter(program)
                     continue
                 if "kill" in header:
                     for pid, (run, _) in self.runs.items():
@@ -179,6 +185,7 @@ class Zygote:
         Its staged init, if the host named one that is still alive, receives the job;
         else a fresh child is cloned into new namespaces. The host hears ``began``.
         """
+        set_environ(header["env"])  # inherited by this run's fork and later staged ones
         network = self.networks.take() if header["network"] == "none" else None
         slot = self.staged.pop(header.get("staged"), None)
         poll = header.get("poll") or {}
