@@ -16,7 +16,10 @@ at once:
   command, its start-up (interpreter, imports, loading, the pool's start, the
   self-test) included, where the library's figure starts its clock with the pool up;
 - bwrap + warm pool, before: the same from another checkout's ``src`` (``--before DIR``), in
-  a process of its own, interleaved with the rest: a change's before and after in one run;
+  a process of its own, interleaved with the rest: a change's before and after in one run
+  (with ``--before``, the warm pool ways of this checkout run in a process of their own per
+  round too, so neither side reuses the judge's per-process cache of compiled tests; the
+  empty program gets a "before" way as well);
 - warm pool, empty program: 164 runs of ``pass`` in the warm pool, at the same number at
   once: what the pool's own per-run work (fresh namespaces, mounts, cgroup, two forked
   processes, supervision) allows before any test runs, the ceiling of its HumanEval
@@ -137,8 +140,13 @@ def warm_pool(tasks, workers: int) -> Figure:
     return asyncio.run(run())
 
 
-def warm_pool_from(source_dir: str) -> Callable[[dict, int], Figure]:
-    """The warm pool way, run by another checkout's ``src`` in a process of its own."""
+def warm_pool_from(source_dir: str, way: str = "warm_pool") -> Callable[[dict, int], Figure]:
+    """A warm pool way (a function of this module), run by ``source_dir`` in a process of its own.
+
+    A process per round, as the checkout compared with: the judge caches each task's
+    compiled tests per process, so a way run in this process would pay for them in its
+    first round only.
+    """
 
     def run(tasks, workers: int) -> Figure:
         code = (
@@ -147,7 +155,7 @@ def warm_pool_from(source_dir: str) -> Callable[[dict, int], Figure]:
             f"sys.path.insert(1, {os.path.dirname(os.path.abspath(__file__))!r})\n"
             "import humaneval_throughput as bench\n"
             "from execgym import load_dataset\n"
-            f"print(json.dumps(bench.warm_pool(load_dataset('humaneval'), {workers})))\n"
+            f"print(json.dumps(bench.{way}(load_dataset('humaneval'), {workers})))\n"
         )
         env = {**os.environ, "PYTHONPATH": source_dir}
         done = subprocess.run(
@@ -269,7 +277,16 @@ def main() -> None:
             parser.error(f"unknown ways {unknown}: choose among {list(ways)}")
         ways = {name: way for name, way in ways.items() if name in wanted}
     if args.before:
-        ways["bwrap + warm pool, before"] = warm_pool_from(os.path.abspath(args.before))
+        # Before and after alike, each round in a process of its own (see warm_pool_from).
+        here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+        before = os.path.abspath(args.before)
+        for name, function in (
+            ("bwrap + warm pool", "warm_pool"),
+            ("warm pool, empty program", "empty_program"),
+        ):
+            if name in ways:
+                ways[name] = warm_pool_from(here, function)
+                ways[name + ", before"] = warm_pool_from(before, function)
     rates: dict[str, list[float]] = {name: [] for name in ways}
     cpus: dict[str, list[float]] = {name: [] for name in ways}
     for round_no in range(1, args.rounds + 1):
