@@ -119,14 +119,18 @@ def compiled_tests(source: str) -> bytes:
         source.encode("utf-8")  # lone surrogates: the harness's decoded text would differ
         with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")
-            compile(source, "tests.py", "exec", dont_inherit=True, optimize=0)
+            # Parsed once: the parser's warnings come here, the compiler's (an assert of a
+            # tuple, say) from compiling the tree as the tests are, before any rewrite.
             tree = ast.parse(source, "tests.py")
-            if _countable(tree):
-                tree = _CountAsserts().visit(tree)
-                counter = ast.Expr(ast.Name(ASSERT_COUNTER, ast.Load()))
-                tree.body.append(ast.fix_missing_locations(counter))
             # optimize=0: the tests' asserts stay even if this Python runs with -O.
             code = compile(tree, "tests.py", "exec", dont_inherit=True, optimize=0)
+            asserts = _countable_asserts(tree)
+            if asserts is not None and not warned:
+                for node in asserts:
+                    _count(node)
+                counter = ast.Expr(ast.Name(ASSERT_COUNTER, ast.Load()))
+                tree.body.append(ast.fix_missing_locations(counter))
+                code = compile(tree, "tests.py", "exec", dont_inherit=True, optimize=0)
     except (SyntaxError, ValueError, UnicodeEncodeError, OverflowError, RecursionError):
         return b""
     if warned:  # a SyntaxWarning...: the harness compiles it, so the run's stderr has it
@@ -137,32 +141,38 @@ def compiled_tests(source: str) -> bytes:
 ASSERT_COUNTER = "__execgym_asserted__"
 
 
-def _countable(tree: ast.AST) -> bool:
-    """Whether the tests can fail only through ``assert`` statements."""
+def _countable_asserts(tree: ast.AST) -> list[ast.Assert] | None:
+    """The tree's ``assert`` statements if the tests can fail only through them, else ``None``.
+
+    One walk of the tree finds both (a task's tests are walked once per process).
+    """
+    asserts = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Raise):
-            return False
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Assert):
+            asserts.append(node)
+        elif isinstance(node, ast.Raise):
+            return None
+        elif isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name.lower().startswith(("assert", "fail", "check_", "verify", "expect")):
-                return False
+                return None
             if name in ("exec", "eval"):  # code this cannot see (MBPP+ runs its tests so)
-                return False
-    return True
+                return None
+    return asserts
 
 
-class _CountAsserts(ast.NodeTransformer):
-    """``assert test, msg`` -> ``assert __execgym_asserted__() and (test), msg``."""
+def _count(node: ast.Assert) -> None:
+    """``assert test, msg`` -> ``assert __execgym_asserted__() and (test), msg``, in place.
 
-    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
-        self.generic_visit(node)
-        counter = ast.copy_location(
-            ast.Call(ast.copy_location(ast.Name(ASSERT_COUNTER, ast.Load()), node.test), [], []),
-            node.test,
-        )
-        node.test = ast.copy_location(ast.BoolOp(ast.And(), [counter, node.test]), node.test)
-        return node
+    The call and the ``and`` take the test's position, so tracebacks and messages show
+    the same lines. An assert's test holds no statement, so no assert is inside another.
+    """
+    counter = ast.copy_location(
+        ast.Call(ast.copy_location(ast.Name(ASSERT_COUNTER, ast.Load()), node.test), [], []),
+        node.test,
+    )
+    node.test = ast.copy_location(ast.BoolOp(ast.And(), [counter, node.test]), node.test)
 
 
 def _part(data: bytes) -> bytes:
