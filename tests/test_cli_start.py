@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -49,10 +50,12 @@ NOT_FOR_A_PLAIN_BATCH = (
     "execgym.server",
     "execgym.storage",
     "fastapi",
+    "importlib.metadata",  # pydantic's plugin finder, with every plugin disabled
     "multiprocessing",
     "prometheus_client",
     "ray",
     "redis",
+    "tqdm",  # its bar shows on a terminal only
 )
 
 _WRAPPER = """
@@ -265,3 +268,35 @@ def test_results_scored_beside_a_failing_self_test_are_never_written(tmp_path: P
     assert "failed its self-test" in output
     assert "results were written" not in output
     assert not out.exists()
+
+
+_PLUGINS = """
+import os, sys
+from execgym.cli.score import without_pydantic_plugins
+without_pydantic_plugins()
+import pydantic
+
+class M(pydantic.BaseModel):
+    x: int
+
+assert M(x=1).x == 1
+loader = sys.modules["pydantic.plugin._loader"]
+print("importlib.metadata" in sys.modules, list(loader.get_plugins()))
+print(loader.PYDANTIC_ENTRY_POINT_GROUP, "importlib.metadata" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "first"), [("__all__", "False []"), ("", "True []"), ("logfire", "True []")]
+)
+def test_pydantic_plugins_are_not_searched_for_only_when_all_are_disabled(
+    setting: str, first: str
+) -> None:
+    # PYDANTIC_DISABLE_PLUGINS=__all__ (what `execgym score` sets unless told): the
+    # finder and the importlib.metadata it imports stay out; any other name asked of
+    # the stand-in loads the real finder. Any other setting leaves pydantic as it is.
+    env = {**os.environ, "PYDANTIC_DISABLE_PLUGINS": setting}
+    done = subprocess.run(
+        [sys.executable, "-c", _PLUGINS], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.splitlines() == [first, "pydantic True"]

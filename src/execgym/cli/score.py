@@ -10,9 +10,11 @@ loop (:func:`~execgym.cli.score_batch.run_batch`) on this host
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import time
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -290,6 +292,7 @@ def run_score(options: ScoreOptions) -> None:
     # first model is made (0.01-0.04 s, more with more packages); a batch uses none.
     # An explicit PYDANTIC_DISABLE_PLUGINS (even empty: load them all) is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    without_pydantic_plugins()
     k_values = _parse_ks(options.ks)
     try:
         limits = options.limits
@@ -340,6 +343,40 @@ def run_score(options: ScoreOptions) -> None:
         click.echo(upload_results(options.store_url, options.batch_id, Path(options.output)))
     if isinstance(stream, RolloutStream):
         _exit_if_damaged(stream.damaged)
+
+
+_PLUGIN_LOADER = "pydantic.plugin._loader"
+
+
+def without_pydantic_plugins() -> None:
+    """With every pydantic plugin disabled, do not import pydantic's plugin finder.
+
+    The finder (``pydantic.plugin._loader``, imported when the first model is made)
+    imports ``importlib.metadata`` at its top (with ``email``, ``zipfile``, ``csv``:
+    about a twentieth of ``execgym score``'s start-up), only to read entry points that
+    ``PYDANTIC_DISABLE_PLUGINS=__all__`` tells it to skip: its ``get_plugins()`` then
+    returns ``()``. When that is the setting and the finder is not loaded yet, a
+    module that answers the same stands in for it; any other name asked of it loads
+    the real finder (so a pydantic that needs more of it still gets it). Anything
+    else (plugins enabled, or only some disabled) leaves pydantic as it is.
+    """
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") != "__all__" or _PLUGIN_LOADER in sys.modules:
+        return
+    stand_in = types.ModuleType(_PLUGIN_LOADER, without_pydantic_plugins.__doc__)
+
+    def get_plugins() -> tuple[()]:
+        return ()
+
+    def real(name: str) -> Any:
+        if name.startswith("__"):  # the import system asks (__path__...): a plain module
+            raise AttributeError(name)
+        if sys.modules.get(_PLUGIN_LOADER) is stand_in:
+            del sys.modules[_PLUGIN_LOADER]
+        return getattr(importlib.import_module(_PLUGIN_LOADER), name)
+
+    stand_in.get_plugins = get_plugins  # type: ignore[attr-defined]
+    stand_in.__getattr__ = real  # type: ignore[method-assign]
+    sys.modules[_PLUGIN_LOADER] = stand_in
 
 
 @contextlib.contextmanager
