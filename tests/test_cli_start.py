@@ -17,15 +17,17 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from execgym import guest, program_cache
-from execgym.cli import main
+from execgym.cli import main, score_batch
 from execgym.cli.score import ScoreOptions
 from execgym.lazy_exports import LazyPackage
 from execgym.sandbox import RunRequest, RunResult, UnisolatedSandbox
@@ -68,9 +70,17 @@ async def counted(self):
     starts.append(1)
     await original(self)
 _control.ZygoteControl.start = counted
+from execgym import toolchains
+probes = []
+found = toolchains._toolchain_paths
+def probed():
+    probes.append("execgym.cli.score" in sys.modules)
+    return found()
+toolchains._toolchain_paths = probed
 def report():
     heavy = [name for name in watched if name in sys.modules]
-    sys.stderr.write("REPORT " + json.dumps({"zygotes": len(starts), "heavy": heavy}) + "\\n")
+    line = {"zygotes": len(starts), "heavy": heavy, "commands_loaded_at_probing": probes[:1]}
+    sys.stderr.write("REPORT " + json.dumps(line) + "\\n")
 atexit.register(report)
 from execgym.cli import main
 sys.argv = ["execgym", *sys.argv[2:]]
@@ -81,7 +91,8 @@ main()
 def test_a_plain_batch_imports_what_it_uses_and_starts_one_warm_pool(tmp_path: Path) -> None:
     # Issue 23: `execgym score` imported every judge, the diagnostics, the episodes, the
     # environment cache, the reward specifications and prometheus for a batch that used
-    # none of them, and the self-test's warm pool was once closed and another started.
+    # none of them, and the self-test's warm pool was once closed and another started;
+    # the zygote's start waited for the toolchains' probes, begun after those imports.
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
     rollouts = write_jsonl(
@@ -99,7 +110,8 @@ def test_a_plain_batch_imports_what_it_uses_and_starts_one_warm_pool(tmp_path: P
     verdicts = [json.loads(line)["verdict"] for line in lines]
     assert verdicts == ["passed", "failed"]
     report = json.loads(done.stderr.split("REPORT ", 1)[1].splitlines()[0])
-    assert report == {"zygotes": 1, "heavy": []}
+    # and the toolchains' probes ran while the command's modules were imported
+    assert report == {"zygotes": 1, "heavy": [], "commands_loaded_at_probing": [False]}
 
 
 def _lazy_packages() -> list[str]:
@@ -215,6 +227,7 @@ class _SelfTestWatched(UnisolatedSandbox):
         self.wait_s = wait_s
         self.rollouts_done = 0
         self.self_test_saw: int | None = None
+        self.self_test_began = threading.Event()
         self._done: asyncio.Event | None = None
 
     async def run(self, request: RunRequest) -> RunResult:
@@ -224,6 +237,7 @@ class _SelfTestWatched(UnisolatedSandbox):
             self.rollouts_done += 1
             self._done.set()
             return result
+        self.self_test_began.set()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.wait_s):
                 await self._done.wait()
@@ -234,7 +248,9 @@ class _SelfTestWatched(UnisolatedSandbox):
         return await super().run(request)
 
 
-def _score_with(sandbox: _SelfTestWatched, tmp_path: Path) -> tuple[int, str, Path]:
+def _score_with(
+    sandbox: _SelfTestWatched, tmp_path: Path, **patches: object
+) -> tuple[int, str, Path]:
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
     rollouts = write_jsonl(
         tmp_path / "r.jsonl", [{"task_id": "t/1", "completion": "    return 1\n"}]
@@ -243,6 +259,8 @@ def _score_with(sandbox: _SelfTestWatched, tmp_path: Path) -> tuple[int, str, Pa
     args = ["score", str(tasks), str(rollouts), "-o", str(out), "--k", "1"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ScoreOptions, "sandbox", lambda self: sandbox)
+        for name, value in patches.items():
+            patch.setattr(score_batch, name, value)
         done = CliRunner().invoke(main, [*args, "--isolation", "none", "--allow-root"])
     return done.exit_code, done.stdout + done.stderr, out
 
@@ -255,6 +273,23 @@ def test_the_self_test_runs_beside_the_first_rollouts(tmp_path: Path) -> None:
     assert code == 0, output
     assert sandbox.self_test_saw == 1
     assert [json.loads(line)["verdict"] for line in out.read_text().splitlines()] == ["passed"]
+
+
+def test_the_self_test_runs_while_the_tasks_are_read(tmp_path: Path) -> None:
+    # It needs neither the tasks nor their judges: it starts once the zygote is up
+    # (the old code started it after loading; reading the tasks waits up to 5 s for it).
+    sandbox = _SelfTestWatched()
+    began: list[bool] = []
+    real = score_batch.load_inputs
+
+    def load_inputs(*args: Any) -> Any:
+        began.append(sandbox.self_test_began.wait(5))
+        return real(*args)
+
+    code, output, _ = _score_with(sandbox, tmp_path, load_inputs=load_inputs)
+    assert code == 0, output
+    assert began == [True]
+    assert sandbox.self_test_saw == 1
 
 
 def test_results_scored_beside_a_failing_self_test_are_never_written(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,9 +168,33 @@ def python_libraries() -> tuple[str, str] | None:
     return (os.path.realpath(Path(spec.origin).parents[1]), PYTHON_LIBRARIES_DIR)
 
 
-@functools.cache
+_paths_lock = threading.Lock()
+
+
 def toolchain_paths() -> tuple[str, ...]:
-    """Host directories outside ``/usr`` that every present toolchain needs."""
+    """Host directories outside ``/usr`` that every present toolchain needs.
+
+    Found once per process (the probes run side by side); a caller while they run
+    (see :func:`find_toolchains_soon`) waits for that answer instead of probing again.
+    """
+    with _paths_lock:
+        return _toolchain_paths()
+
+
+def find_toolchains_soon() -> None:
+    """Start finding the toolchains (:func:`toolchain_paths`) now, on a daemon thread.
+
+    Their probes wait on programs (``rustc --print sysroot`` starts rustup's proxy,
+    ``go env GOROOT`` the go tool) that run on another core meanwhile: a command that
+    will make a sandbox calls this before its imports, and its sandbox then finds the
+    answer waiting (``execgym score`` starts its warm pool's zygote only once it is
+    known: every sandbox sees the toolchains' directories).
+    """
+    threading.Thread(target=toolchain_paths, name="execgym-toolchains", daemon=True).start()
+
+
+@functools.cache
+def _toolchain_paths() -> tuple[str, ...]:
     paths: set[str] = set()
     # Side by side: the probes (rustc --print sysroot, go env GOROOT) wait on programs.
     with ThreadPoolExecutor(len(_FINDERS)) as pool:

@@ -45,6 +45,10 @@ COMMANDS = {
 }
 """``{command: (module, attribute)}``: every subcommand, imported when it is run."""
 
+SANDBOXED = ("score",)
+"""Commands that make a sandbox before their first result: the toolchains (whose
+directories every sandbox sees) are looked for while the command's modules load."""
+
 
 class _Group(click.Group):
     """Ctrl-C, SIGTERM or SIGHUP at any stage (loading, self-test) exits 128 + signal.
@@ -56,6 +60,17 @@ class _Group(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] in SANDBOXED and not {"--help", "-h"} & set(args):
+            # Before the command's imports (a tenth of a second): the sandbox it makes
+            # then finds the toolchains' probes done.
+            from execgym.toolchains import find_toolchains_soon
+
+            find_toolchains_soon()
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)

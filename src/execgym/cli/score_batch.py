@@ -10,8 +10,8 @@
   its output that the file keeps.
 - :func:`prepare_local`: one warm pool serves the self-test and the batch, and it starts
   while the input is read (the tasks are parsed on a thread while the zygote boots);
-  the self-test runs beside the first rollouts, whose results are held until it passed
-  (:func:`score_after_self_test`).
+  the self-test runs as soon as the zygote is up, beside the loading and the first
+  rollouts, whose results are held until it passed (:func:`score_after_self_test`).
   :func:`prepare_remote`: the rollouts go through a broker to ``execgym worker`` nodes.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib
 import signal
 import sys
 import threading
@@ -317,9 +318,10 @@ def prepare_local(
     Start-up runs side by side: the sandbox is made on one thread (finding the
     toolchains waits on their probes), the tasks are parsed (and the judges imported)
     on another, and the warm pool's zygote boots in its own process meanwhile. The
-    self-test then runs on that same pool, which serves the batch, and beside the
-    batch's first rollouts (see :func:`score_after_self_test`). The rollouts, once
-    read, are appended to ``loaded`` (for the warnings after the batch).
+    self-test runs on that same pool, which serves the batch, as soon as the zygote is
+    up: beside the loading and the batch's first rollouts, whose results wait for it
+    (see :func:`score_after_self_test`). The rollouts, once read, are appended to
+    ``loaded`` (for the warnings after the batch).
     """
 
     async def prepare() -> tuple[Run, int]:
@@ -338,17 +340,24 @@ def prepare_local(
             asyncio.to_thread(_load_for_scoring, options, limits, reward, made)
         )
         sandbox: Sandbox | None = None
+        testing: asyncio.Future[None] | None = None
         try:
             sandbox = await making
             starting = asyncio.ensure_future(start_sandbox(sandbox))
+            testing = asyncio.ensure_future(_self_test_once_started(starting, sandbox, limits))
             try:
                 scorer, items = await loading
             finally:
                 await starting  # its failure says more than a loading error
             loaded.append(items)
         except BaseException:
-            for pending in (making, loading):
-                pending.cancel()
+            for pending in (making, loading, testing):
+                if pending is not None:
+                    pending.cancel()
+            if testing is not None:
+                await asyncio.wait([testing])
+                if not testing.cancelled():
+                    testing.exception()  # superseded by the error raised
             if sandbox is not None:
                 await sandbox.aclose()
             raise
@@ -356,7 +365,7 @@ def prepare_local(
 
         async def run(results: Results) -> None:
             try:
-                await score_after_self_test(scorer, items, results, options)
+                await score_after_self_test(scorer, items, results, options, testing)
             finally:
                 await scorer.aclose()  # the sandboxes of tasks' environments
                 await sandbox.aclose()
@@ -366,17 +375,35 @@ def prepare_local(
     return prepare
 
 
+async def _self_test_once_started(
+    starting: asyncio.Future[None], sandbox: Sandbox, limits: Limits
+) -> None:
+    """The self-test (:func:`execgym.scoring.selftest.self_test`), once the sandbox started.
+
+    It needs neither the batch's tasks nor its judges: it runs while they are still
+    being loaded, on the warm pool as soon as the zygote is up.
+    """
+    await starting
+    # Imported off the event loop: the loading thread may be importing the same modules.
+    selftest = await asyncio.to_thread(importlib.import_module, "execgym.scoring.selftest")
+    await selftest.self_test(sandbox, limits)
+
+
 async def score_after_self_test(
-    scorer: Scorer, items: Items, results: Results, options: ScoreOptions
+    scorer: Scorer,
+    items: Items,
+    results: Results,
+    options: ScoreOptions,
+    testing: asyncio.Future[None] | None = None,
 ) -> None:
     """Score ``items`` with ``scorer``; write nothing unless its self-test passes.
 
-    The self-test (one known-good rollout, :meth:`Scorer.self_test`) runs on the same
-    sandbox beside the batch's first rollouts, and the batch's results are held
-    (:class:`Results`) until it has passed: a broken sandbox still stops the batch
-    with nothing written, no result scored by it, while a working one no longer waits
-    for the self-test's run before its first rollout starts (its wall time was part
-    of every command's start).
+    The self-test (one known-good rollout, :meth:`Scorer.self_test`; ``testing`` if it
+    was started already, on the same sandbox and limits) runs beside the batch's first
+    rollouts, and the batch's results are held (:class:`Results`) until it has passed:
+    a broken sandbox still stops the batch with nothing written, no result scored by
+    it, while a working one no longer waits for the self-test's run before its first
+    rollout starts (its wall time was part of every command's start).
 
     Not side by side when a rollout's run can leave something behind that outlives
     the batch: ``--calibrate-limits`` (measurements cached on disk) or a task with an
@@ -398,7 +425,8 @@ async def score_after_self_test(
             output_tail=OUTPUT_TAIL,
         )
 
-    testing = asyncio.ensure_future(scorer.self_test())
+    if testing is None:
+        testing = asyncio.ensure_future(scorer.self_test())
     scoring: asyncio.Future[None] | None = None
     try:
         if options.calibrate_limits or any(t.environment for t in scorer.tasks.values()):
