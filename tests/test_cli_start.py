@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import importlib
 import json
 import os
@@ -61,13 +62,15 @@ NOT_FOR_A_PLAIN_BATCH = (
 )
 
 _WRAPPER = """
-import atexit, json, sys
+import atexit, gc, json, sys
 watched = json.loads(sys.argv[1])
 from execgym.sandbox.pool import _control
 starts = []
 original = _control.ZygoteControl.start
+collecting = []
 async def counted(self):
     starts.append(1)
+    collecting.append(gc.isenabled())
     await original(self)
 _control.ZygoteControl.start = counted
 from execgym import toolchains
@@ -80,6 +83,7 @@ toolchains._toolchain_paths = probed
 def report():
     heavy = [name for name in watched if name in sys.modules]
     line = {"zygotes": len(starts), "heavy": heavy, "commands_loaded_at_probing": probes[:1]}
+    line["collecting"] = [*collecting, gc.isenabled()]
     sys.stderr.write("REPORT " + json.dumps(line) + "\\n")
 atexit.register(report)
 from execgym.cli import main
@@ -92,7 +96,8 @@ def test_a_plain_batch_imports_what_it_uses_and_starts_one_warm_pool(tmp_path: P
     # Issue 23: `execgym score` imported every judge, the diagnostics, the episodes, the
     # environment cache, the reward specifications and prometheus for a batch that used
     # none of them, and the self-test's warm pool was once closed and another started;
-    # the zygote's start waited for the toolchains' probes, begun after those imports.
+    # the zygote's start waited for the toolchains' probes, begun after those imports;
+    # the cyclic garbage collector walked the start-up's objects as they were made.
     require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
     rollouts = write_jsonl(
@@ -110,8 +115,14 @@ def test_a_plain_batch_imports_what_it_uses_and_starts_one_warm_pool(tmp_path: P
     verdicts = [json.loads(line)["verdict"] for line in lines]
     assert verdicts == ["passed", "failed"]
     report = json.loads(done.stderr.split("REPORT ", 1)[1].splitlines()[0])
-    # and the toolchains' probes ran while the command's modules were imported
-    assert report == {"zygotes": 1, "heavy": [], "commands_loaded_at_probing": [False]}
+    # and the toolchains' probes ran while the command's modules were imported, and the
+    # garbage collector waited for the start-up's end (on again for the batch)
+    assert report == {
+        "zygotes": 1,
+        "heavy": [],
+        "commands_loaded_at_probing": [False],
+        "collecting": [False, True],
+    }
 
 
 def _lazy_packages() -> list[str]:
@@ -269,9 +280,13 @@ def test_the_self_test_runs_beside_the_first_rollouts(tmp_path: Path) -> None:
     # Issue 23: the batch's first rollout waited for the self-test's run to end (about
     # a tenth of the command's start); the old code lets the self-test wait out wait_s.
     sandbox = _SelfTestWatched()
+    frozen = gc.get_freeze_count()
     code, output, out = _score_with(sandbox, tmp_path)
     assert code == 0, output
     assert sandbox.self_test_saw == 1
+    # a caller's process (this one) gets its collector back, and nothing frozen
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
     assert [json.loads(line)["verdict"] for line in out.read_text().splitlines()] == ["passed"]
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from execgym.cli.group import resume_collection
 from execgym.cli.score_inputs import RolloutStream, load_inputs
 from execgym.errors import Error
 
@@ -209,6 +210,7 @@ def run_batch(prepare: Prepare, output: str) -> Outcome:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(signum, stop, signum)
         run, total = await prepare()
+        resume_collection(freeze=True)  # start-up's done: see execgym.cli.group
         outcome.tally = _tally()
         state["total"] = total
         results = Results(output, outcome, lambda: current.cancel() if current else None)
