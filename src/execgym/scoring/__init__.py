@@ -10,16 +10,21 @@ One rollout: :mod:`.core`; a batch: :mod:`.batch`; the result and its JSON form:
 
 from __future__ import annotations
 
-from execgym.scoring.batch import REORDER_WINDOW_MIN, REORDER_WINDOW_PER_WORKER, Scorer
-from execgym.scoring.core import (
-    DETERMINISTIC_REFUSALS,
-    SANDBOX_ATTEMPTS,
-    Scoring,
-    score_rollout,
-    score_unusable,
-)
-from execgym.scoring.results import TAIL_BYTES, ScoredRollout, invalid_result
-from execgym.scoring.selftest import self_test
+from typing import TYPE_CHECKING
+
+from execgym.lazy_exports import lazy_package
+
+if TYPE_CHECKING:
+    from execgym.scoring.batch import REORDER_WINDOW_MIN, REORDER_WINDOW_PER_WORKER, Scorer
+    from execgym.scoring.core import (
+        DETERMINISTIC_REFUSALS,
+        SANDBOX_ATTEMPTS,
+        Scoring,
+        score_rollout,
+        score_unusable,
+    )
+    from execgym.scoring.results import TAIL_BYTES, ScoredRollout, invalid_result
+    from execgym.scoring.selftest import self_test
 
 __all__ = [
     "DETERMINISTIC_REFUSALS",
@@ -35,3 +40,23 @@ __all__ = [
     "score_unusable",
     "self_test",
 ]
+
+# Exports load on first use: the self-test (.selftest) runs while a batch's judges and
+# tasks still load, and needs none of .batch, .core or the loaders they import.
+lazy_package(
+    __name__,
+    {
+        "DETERMINISTIC_REFUSALS": "execgym.scoring.core",
+        "REORDER_WINDOW_MIN": "execgym.scoring.batch",
+        "REORDER_WINDOW_PER_WORKER": "execgym.scoring.batch",
+        "SANDBOX_ATTEMPTS": "execgym.scoring.core",
+        "TAIL_BYTES": "execgym.scoring.results",
+        "ScoredRollout": "execgym.scoring.results",
+        "Scorer": "execgym.scoring.batch",
+        "Scoring": "execgym.scoring.core",
+        "invalid_result": "execgym.scoring.results",
+        "score_rollout": "execgym.scoring.core",
+        "score_unusable": "execgym.scoring.core",
+        "self_test": "execgym.scoring.selftest",
+    },
+)
