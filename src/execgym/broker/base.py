@@ -193,12 +193,19 @@ class Broker(Protocol):
         """The stored result of ``job_id``, or ``None`` (not finished, or expired)."""
         ...
 
-    def results(self, batch_id: str, count: int) -> AsyncIterator[ResultMessage]:
+    def results(self, batch_id: str, count: int | None) -> AsyncIterator[ResultMessage]:
         """Yield the results of ``batch_id`` as they are stored.
 
         Stops when ``count`` distinct jobs have one; a result announced twice is
-        yielded once.
+        yielded once. With ``count=None`` (the batch's one reader, which counts and
+        deduplicates itself): every announcement, duplicates included, each dropped
+        by the broker once read, until the reader stops; then it calls
+        ``forget_batch(batch_id)``.
         """
+        ...
+
+    async def forget_batch(self, batch_id: str) -> None:
+        """Drop what the broker keeps for the finished batch's reader (its announcements)."""
         ...
 
     async def queued(self) -> int:

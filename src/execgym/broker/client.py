@@ -14,21 +14,18 @@ persistence restarts empty) are found and queued again: a batch finishes, or rai
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from execgym.broker._cancel import cancel_and_wait
 from execgym.broker.base import Broker
 from execgym.broker.calibrate import measure_references
 from execgym.broker.messages import JobMessage, ResultMessage
+from execgym.broker.window import DEFAULT_WINDOW, Local, Window, run_window
 from execgym.calibration import Calibrator
-from execgym.errors import BrokerError, BrokerUnavailable, JobsLost
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.scoring.core import score_unusable
 from execgym.scoring.results import ScoredRollout
@@ -36,9 +33,6 @@ from execgym.tasks.loaders import LineProblem, RolloutLine
 from execgym.tasks.models import Task
 
 log = logging.getLogger(__name__)
-
-SUBMIT_CHUNK = 500
-"""Jobs per submit call; after a lost connection, only the current chunk is re-sent."""
 
 
 def make_jobs(
@@ -101,138 +95,6 @@ def _check_batch(jobs: Sequence[JobMessage]) -> str:
     return batches.pop() if batches else ""
 
 
-async def _submit_all(
-    broker: Broker,
-    jobs: Sequence[JobMessage],
-    timeout_s: float | None,
-    outage_timeout_s: float,
-    progress: list[int] | None = None,
-) -> None:
-    """Submit ``jobs`` chunk by chunk, riding out outages.
-
-    ``progress[0]`` counts the jobs whose chunk the broker has accepted.
-    """
-    for start in range(0, len(jobs), SUBMIT_CHUNK):
-        chunk = jobs[start : start + SUBMIT_CHUNK]
-        delay_s = 0.05
-        failing_since = None
-        while True:
-            try:
-                await broker.submit(chunk, wait=True, timeout_s=timeout_s)
-                break
-            except BrokerUnavailable as error:
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > outage_timeout_s:
-                    raise
-                log.warning("submit: %s; retrying in %.2f s", error, delay_s)
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 2.0)
-        if progress is not None:
-            progress[0] = start + len(chunk)
-
-
-@dataclass
-class _Watch:
-    """The caller's side of one batch: what is queued, what is done, what was lost."""
-
-    broker: Broker
-    jobs: Sequence[JobMessage]
-    batch_id: str
-    incoming: asyncio.Queue[ResultMessage]
-    submit_timeout_s: float | None
-    outage_timeout_s: float
-    max_resubmits: int
-    submitted: list[int] = field(default_factory=lambda: [0])
-    done: set[str] = field(default_factory=set)
-    losses: dict[str, int] = field(default_factory=dict)
-
-    async def read(self) -> None:
-        """Pass the broker's announced results on."""
-        async for result in self.broker.results(self.batch_id, len(self.jobs)):
-            await self.incoming.put(result)
-
-    async def audit(self, interval_s: float, no_worker_timeout_s: float | None) -> None:
-        """Find lost jobs every ``interval_s`` and queue them again.
-
-        Asks the broker about the queued, unfinished jobs; raises :class:`JobsLost`
-        for a job lost more than ``max_resubmits`` times, and :class:`BrokerError`
-        when no worker has been alive for ``no_worker_timeout_s``.
-        """
-        audit = getattr(self.broker, "audit", None)
-        if audit is None:
-            return  # a broker that cannot lose jobs (in-process)
-        by_id = {job.job_id: job for job in self.jobs}
-        no_worker_since: float | None = None
-        while True:
-            await asyncio.sleep(interval_s)
-            queued = self.jobs[: self.submitted[0]]
-            waiting = [job.job_id for job in queued if job.job_id not in self.done]
-            if not waiting:
-                continue
-            if no_worker_timeout_s is not None:
-                no_worker_since = await self._check_workers(
-                    no_worker_since, no_worker_timeout_s, len(waiting)
-                )
-            try:
-                report = await audit(self.batch_id, waiting)
-            except BrokerUnavailable:
-                continue  # the results reader rides out (or reports) the outage
-            for result in report.finished:
-                await self.incoming.put(result)
-            lost = [job_id for job_id in report.lost if job_id not in self.done]
-            if lost:
-                await self._resubmit([by_id[job_id] for job_id in lost])
-
-    async def _check_workers(
-        self, since: float | None, timeout_s: float, waiting: int
-    ) -> float | None:
-        """Since when no worker is alive (``None``: one is).
-
-        Raises:
-            BrokerError: once none has been alive for ``timeout_s``.
-        """
-        live_workers = getattr(self.broker, "live_workers", None)
-        if live_workers is None:
-            return None
-        try:
-            alive = bool(await live_workers())
-        except BrokerUnavailable:
-            return since  # an outage is the results reader's to report
-        if alive:
-            return None
-        now = time.monotonic()
-        if since is not None and now - since >= timeout_s:
-            raise BrokerError(
-                f"no worker has been consuming the broker for {now - since:.0f} s while "
-                f"{waiting} of {len(self.jobs)} jobs of batch {self.batch_id} wait: start "
-                "one (execgym worker --broker URL), or raise no_worker_timeout_s"
-            )
-        return since if since is not None else now
-
-    async def _resubmit(self, lost: list[JobMessage]) -> None:
-        total = len(self.jobs)
-        again = [job for job in lost if self.losses.get(job.job_id, 0) < self.max_resubmits]
-        what = (
-            f"the broker ({getattr(self.broker, 'name', 'broker')}) lost {len(lost)} of "
-            f"{total} jobs of batch {self.batch_id}: they are neither queued, running nor "
-            "done (a Redis restarted without persistence, flushed, or failed over to an "
-            "empty replica forgets its jobs)"
-        )
-        if len(again) < len(lost):
-            raise JobsLost(
-                f"{what}, and {len(lost) - len(again)} of them had been lost and queued "
-                f"again {self.max_resubmits} time(s) already; giving up. Turn on Redis "
-                "persistence (appendonly yes) or make the broker stable, then score again",
-                batch_id=self.batch_id,
-                lost=len(lost),
-                total=total,
-            )
-        log.warning("%s; queueing them again", what)
-        for job in again:
-            self.losses[job.job_id] = self.losses.get(job.job_id, 0) + 1
-        await _submit_all(self.broker, again, self.submit_timeout_s, self.outage_timeout_s)
-
-
 async def score_jobs(
     broker: Broker,
     jobs: Sequence[JobMessage],
@@ -243,8 +105,13 @@ async def score_jobs(
     audit_interval_s: float = 5.0,
     max_resubmits: int = 3,
     no_worker_timeout_s: float | None = 600.0,
+    window: int = DEFAULT_WINDOW,
 ) -> AsyncIterator[ResultMessage]:
     """Submit one batch and yield one result per job.
+
+    At most ``window`` jobs are submitted and unanswered at once (see
+    :mod:`execgym.broker.window`): the broker's queue and the results waiting to be
+    read stay that small whatever the batch's size.
 
     A batch finishes or fails loudly whatever the broker does: every
     ``audit_interval_s`` the queued, unfinished jobs are checked with the broker
@@ -265,6 +132,8 @@ async def score_jobs(
             first loss).
         no_worker_timeout_s: Give up when no worker has been alive (no heartbeat) for
             this long while jobs wait, checked at each audit; ``None`` waits forever.
+        window: Jobs submitted and not yet answered (yielded, when ``ordered``), at
+            most (at least 1).
 
     Raises:
         ValueError: if the jobs are not one batch with unique ids.
@@ -281,45 +150,19 @@ async def score_jobs(
         async for result in _in_order(direct(jobs), jobs, ordered):
             yield result
         return
-    order = {job.job_id: position for position, job in enumerate(jobs)}
-    watch = _Watch(
-        broker, jobs, batch_id, asyncio.Queue(), submit_timeout_s, outage_timeout_s, max_resubmits
+    flow = Window(
+        broker,
+        batch_id,
+        iter(jobs),
+        window,
+        ordered,
+        submit_timeout_s,
+        outage_timeout_s,
+        max_resubmits,
     )
-    helpers = [
-        asyncio.create_task(
-            _submit_all(broker, jobs, submit_timeout_s, outage_timeout_s, watch.submitted)
-        ),
-        asyncio.create_task(watch.read()),
-        asyncio.create_task(watch.audit(audit_interval_s, no_worker_timeout_s)),
-    ]
-    pending: dict[int, ResultMessage] = {}
-    position = 0
-    getter: asyncio.Future[ResultMessage] | None = None
-    try:
-        while len(watch.done) < len(jobs):
-            if getter is None or getter.done():
-                getter = asyncio.ensure_future(watch.incoming.get())
-            running = {task for task in helpers if not task.done()}
-            waiting: set[asyncio.Future[Any]] = {getter, *running}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            for task in helpers:
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            if not getter.done():
-                continue
-            result = getter.result()
-            if result.job_id in watch.done or result.job_id not in order:
-                continue
-            watch.done.add(result.job_id)
-            if not ordered:
-                yield result
-                continue
-            pending[order[result.job_id]] = result
-            while position in pending:
-                yield pending.pop(position)
-                position += 1
-    finally:
-        await cancel_and_wait([*helpers, *([getter] if getter is not None else [])])
+    async for got in run_window(flow, audit_interval_s, no_worker_timeout_s):
+        if isinstance(got, ResultMessage):  # jobs only: no Local result
+            yield got
 
 
 async def _in_order(
@@ -348,14 +191,74 @@ async def score_rollouts(
     skipped_tasks: Mapping[str, str] | None = None,
     ordered: bool = False,
     calibrator: Calibrator | None = None,
+    window: int = DEFAULT_WINDOW,
 ) -> AsyncIterator[ScoredRollout]:
     """Score rollouts through ``broker``: like :meth:`execgym.Scorer.score`, remotely.
 
-    Unusable items become ``invalid`` results here, without being sent, and come
-    first (or in their place, when ``ordered``). With a ``calibrator`` (its factor and
-    floor), each task's reference is judged once through the broker first and its
-    jobs carry the measurement (:func:`execgym.broker.calibrate.measure_references`).
+    ``items`` are read as results come back: at most ``window`` rollouts are in
+    flight (sent and unanswered, or unanswered and not yet yielded when ``ordered``),
+    so a batch read from a file is never held whole (see :mod:`execgym.broker.window`).
+    Unusable items become ``invalid`` results here, without being sent, in their
+    place among the others; ``ordered`` yields a stream's results in its order, a
+    list's by index. With a ``calibrator`` (its factor and floor), on a broker that
+    runs jobs itself (Ray), or for a list in order, the jobs are made first: each
+    task's reference is judged once through the broker and its jobs carry the
+    measurement (:func:`execgym.broker.calibrate.measure_references`).
     """
+    whole = calibrator is not None or getattr(broker, "score_jobs", None) is not None
+    if whole or (ordered and isinstance(items, Sequence)):  # a list: sorted by index
+        async for scored in _score_whole(
+            broker, tasks, items, limits, skipped_tasks, ordered, calibrator
+        ):
+            yield scored
+        return
+    batch_id = uuid.uuid4().hex
+    source = _jobs_of(tasks, items, limits, batch_id, skipped_tasks)
+    flow = Window(broker, batch_id, source, window, ordered, None, 120.0, 3)
+    async for result in run_window(flow, 5.0, 600.0):
+        yield result.scored if isinstance(result, Local) else result.scored()
+
+
+def _jobs_of(
+    tasks: Mapping[str, Task],
+    items: Iterable[RolloutLine | LineProblem],
+    limits: Limits,
+    batch_id: str,
+    skipped_tasks: Mapping[str, str] | None,
+) -> Iterator[JobMessage | Local]:
+    """Each item's job (``job_id`` = ``"<batch_id>/<index>"``), or its invalid result."""
+    anchored: dict[str, Task] = {}
+    for item in items:
+        known = tasks.get(item.rollout.task_id) if isinstance(item, RolloutLine) else None
+        job_id = f"{batch_id}/{item.index}"
+        if known is None or isinstance(item, LineProblem):
+            scored = score_unusable(item, skipped_tasks=skipped_tasks, isolation="remote")
+            yield Local(job_id, scored)
+            continue
+        task = anchored.get(known.task_id)
+        if task is None:
+            task = anchored[known.task_id] = _anchored(known)
+        yield JobMessage(
+            job_id=job_id,
+            batch_id=batch_id,
+            index=item.index,
+            task=task,
+            rollout=item.rollout,
+            limits=limits,
+            submitted_at=time.time(),
+        )
+
+
+async def _score_whole(
+    broker: Broker,
+    tasks: Mapping[str, Task],
+    items: Iterable[RolloutLine | LineProblem],
+    limits: Limits,
+    skipped_tasks: Mapping[str, str] | None,
+    ordered: bool,
+    calibrator: Calibrator | None,
+) -> AsyncIterator[ScoredRollout]:
+    """:func:`score_rollouts` with every job made first (calibration, Ray)."""
     jobs, local = make_jobs(tasks, items, limits)
     if calibrator is not None:
         jobs = await measure_references(broker, jobs, calibrator)
@@ -389,7 +292,8 @@ class RemoteBatch:
     Args:
         broker: The broker (closed when the batch ends).
         tasks: ``{task_id: Task}``.
-        items: The rollouts (and unusable lines) in input order.
+        items: The rollouts (and unusable lines) in input order; read once, as the
+            batch goes (a stream of a file's lines is never held whole).
         limits: Limits for every run.
         skipped_tasks: ``{task_id: why}`` for tasks left out as invalid.
         calibrator: Calibrate the tasks' time limits (``--calibrate-limits``): each
@@ -398,7 +302,7 @@ class RemoteBatch:
 
     broker: Broker
     tasks: Mapping[str, Task]
-    items: Sequence[RolloutLine | LineProblem]
+    items: Iterable[RolloutLine | LineProblem]
     limits: Limits = DEFAULT_LIMITS
     skipped_tasks: Mapping[str, str] | None = None
     calibrator: Calibrator | None = None

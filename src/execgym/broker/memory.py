@@ -205,21 +205,34 @@ class MemoryBroker:
         """The most recent dead letters, newest last."""
         return list(self._dead)[-limit:]
 
-    async def results(self, batch_id: str, count: int) -> AsyncIterator[ResultMessage]:
-        """Yield the batch's results as they are stored, each job once."""
+    async def results(self, batch_id: str, count: int | None) -> AsyncIterator[ResultMessage]:
+        """Yield the batch's results as they are stored, each job once.
+
+        ``count=None``: every announcement until the reader stops, each dropped once
+        read (see :meth:`execgym.broker.base.Broker.results`).
+        """
         seen: set[str] = set()
         position = 0
-        while len(seen) < count:
+        while count is None or len(seen) < count:
             announced = self._done.get(batch_id, [])
+            if count is None and position:  # read: dropped (one reader)
+                del announced[:position]
+                position = 0
             if position >= len(announced):
                 async with self._condition():
                     await self._wait(self.settings.visibility_timeout_s)
                 continue
             result = announced[position]
             position += 1
-            if result.job_id not in seen:
+            if count is None:
+                yield result
+            elif result.job_id not in seen:
                 seen.add(result.job_id)
                 yield result
+        self._done.pop(batch_id, None)
+
+    async def forget_batch(self, batch_id: str) -> None:
+        """Drop the batch's announcements."""
         self._done.pop(batch_id, None)
 
     async def aclose(self) -> None:

@@ -470,20 +470,25 @@ class RedisStreamsBroker:
             for _id, f in reversed(entries)
         ]
 
-    async def results(self, batch_id: str, count: int) -> AsyncIterator[ResultMessage]:
+    async def results(self, batch_id: str, count: int | None) -> AsyncIterator[ResultMessage]:
         """Yield the batch's results as they are stored, each job once.
 
         Survives Redis restarts: on a lost connection it backs off and reads on from the
-        last entry it saw.
+        last entry it saw. With ``count=None`` (the batch's one reader, see
+        :meth:`execgym.broker.base.Broker.results`) it yields every announcement until
+        it is stopped, and trims what it has read from the batch's stream (``XTRIM
+        MINID``, before each read), so the stream holds the unread results only.
         """
         stream = self.keys.done(batch_id)
         last = "0-0"
         seen: set[str] = set()
         delay_s = 0.05
         failing_since = None
-        while len(seen) < count:
+        while count is None or len(seen) < count:
             try:
                 with self._errors("read results"):
+                    if count is None and last != "0-0":  # drop every entry read
+                        await self.redis.xtrim(stream, minid=_after(last), approximate=False)
                     reply = cast(
                         StreamReply | None,
                         await self.redis.xread(
@@ -502,15 +507,27 @@ class RedisStreamsBroker:
             for _stream, entries in reply or []:
                 for entry_id, fields in entries:
                     last = entry_id
-                    if fields["job_id"] not in seen:
+                    if count is None:
+                        yield ResultMessage.from_json(fields["result"])
+                    elif fields["job_id"] not in seen:
                         seen.add(fields["job_id"])
                         yield ResultMessage.from_json(fields["result"])
+        await self.forget_batch(batch_id)
+
+    async def forget_batch(self, batch_id: str) -> None:
+        """Delete the finished batch's stream of results and its set of job ids."""
         with contextlib.suppress(BrokerError), self._errors("delete a finished batch's keys"):
-            await self.redis.delete(stream, self.keys.batch(batch_id))
+            await self.redis.delete(self.keys.done(batch_id), self.keys.batch(batch_id))
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self.redis.aclose()
+
+
+def _after(entry_id: str) -> str:
+    """The stream entry id right after ``entry_id`` (``"<ms>-<seq>"``)."""
+    millis, sequence = entry_id.split("-")
+    return f"{millis}-{int(sequence) + 1}"
 
 
 def _delivery(entry_id: str, fields: dict[str, Any], deliveries: int) -> Delivery:

@@ -494,7 +494,8 @@ def prepare_remote(
 ) -> Prepare:
     """Score through a broker, consumed by ``execgym worker`` nodes.
 
-    The inputs are read now (the batch is sent whole); they are appended to ``loaded``.
+    The tasks are read now, the rollouts as the batch goes (a window of them in
+    flight, see :mod:`execgym.broker.window`); they are appended to ``loaded``.
 
     Raises:
         click.ClickException: the inputs cannot be read.
@@ -514,16 +515,17 @@ def prepare_remote(
             factor=options.calibration_factor, floor_s=options.calibration_floor
         )
     loaded.append(items)
-    rollouts = list(items)
+    total = items.total if isinstance(items, RolloutStream) else len(items)
 
     async def prepare() -> tuple[Run, int]:
-        remote = RemoteBatch(broker, tasks, rollouts, limits, skipped, calibrator)
+        # The rollouts are read as the batch goes: a window of them is in flight.
+        remote = RemoteBatch(broker, tasks, items, limits, skipped, calibrator)
 
         async def run(results: Results) -> None:
             results.open()  # the workers ran their self-tests when they started
             await remote.run(results.write, ordered=options.order == "input", collect=False)
 
-        return run, len(rollouts)
+        return run, total
 
     return prepare
 
