@@ -103,7 +103,9 @@ def report(surface: str, workers: int, rows: list[tuple[str, Run]]) -> None:
         print(f"\n{process}: peak {unit}")
         print(f"{'batch':<28} {'peak MiB':>9} {'x smallest':>10} {'wall s':>8}  results")
         for (label, run), peak in zip(rows, peaks, strict=True):
-            print(f"{label:<28} {peak:>9.1f} {peak / smallest:>10.2f} {run.wall_s:>8.1f}  {run.note}")
+            print(
+                f"{label:<28} {peak:>9.1f} {peak / smallest:>10.2f} {run.wall_s:>8.1f}  {run.note}"
+            )
         print(f"largest / smallest: {max(peaks) / smallest:.2f} (target: at most 1.20)")
 
 

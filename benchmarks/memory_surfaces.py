@@ -52,9 +52,7 @@ class Run:
     note: str = ""
 
 
-def _start(
-    args: list[str], report: Path, log: Path, **extra_env: str
-) -> subprocess.Popen[bytes]:
+def _start(args: list[str], report: Path, log: Path, **extra_env: str) -> subprocess.Popen[bytes]:
     report.unlink(missing_ok=True)  # a run that does not report must not read the last one's
     env = {**os.environ, **extra_env, "EXECGYM_BENCH_RSS": str(report)}
     with log.open("wb") as sink:
@@ -65,7 +63,9 @@ def _start(
 
 def _peak(report: Path, what: str, log: Path) -> float:
     if not report.exists():
-        raise SystemExit(f"{what} did not report its peak RSS; its output:\n{log.read_text()[-3000:]}")
+        raise SystemExit(
+            f"{what} did not report its peak RSS; its output:\n{log.read_text()[-3000:]}"
+        )
     return int(report.read_text()) / 1024
 
 
@@ -78,7 +78,8 @@ def _stop(process: subprocess.Popen[bytes], what: str, log: Path) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-        raise SystemExit(f"{what} did not stop on SIGTERM; its output:\n{log.read_text()[-3000:]}")
+        output = log.read_text()[-3000:]
+        raise SystemExit(f"{what} did not stop on SIGTERM; its output:\n{output}") from None
 
 
 def _results(out: Path) -> str:
@@ -201,7 +202,7 @@ def score_served(tasks: Path, rollouts: Path, workers: int, folder: Path) -> Run
                 data=data,
                 headers={"Content-Type": "application/json"},
             )
-            with urllib.request.urlopen(request, timeout=3600) as answer:
+            with urllib.request.urlopen(request, timeout=3600) as answer:  # noqa: S310 (http://127.0.0.1)
                 job = json.load(answer)
             wall_s = time.perf_counter() - started
         finally:
