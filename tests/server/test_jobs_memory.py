@@ -1,14 +1,16 @@
-"""A job keeps only what its response shows of each result's output (issue 23)."""
+"""A job keeps only what its response shows of each result, encoded once (issue 23)."""
 
 from __future__ import annotations
 
+import gc
+
 from execgym.limits import Limits
-from execgym.scoring import TAIL_BYTES
+from execgym.scoring import TAIL_BYTES, ScoredRollout
 from execgym.server.capacity import Capacity
 from execgym.server.jobs import Batch, EmbeddedJobRunner
 from execgym.tasks.loaders import RolloutLine
 from execgym.tasks.models import Rollout, Task
-from execgym.testing import FakeCall, FakeSandbox, fake_result
+from execgym.testing import FakeCall, FakeSandbox, fake_result, harness_pass
 from tests.conftest import ONE_TASK
 
 TASK = Task.model_validate(ONE_TASK)
@@ -29,7 +31,28 @@ async def test_a_finished_job_holds_the_tail_of_each_output_not_all_of_it() -> N
     assert view is not None
     assert [r.index for r in view.results] == list(range(20))
     for result in view.results:
-        run = result.judgement.run
-        assert (len(run.stdout), len(run.stderr)) == (TAIL_BYTES, TAIL_BYTES)
-        assert result.to_json()["stdout_tail"] == "o" * TAIL_BYTES
+        line = result.to_json()
+        assert (line["stdout_tail"], line["stderr_tail"]) == ("o" * TAIL_BYTES, "e" * TAIL_BYTES)
+        assert len(result.line) < 5 * TAIL_BYTES  # the tails, an excerpt in the message, fields
+    await runner.aclose()
+
+
+async def test_a_finished_job_holds_its_results_lines_not_the_result_objects() -> None:
+    runner = EmbeddedJobRunner(
+        FakeSandbox(harness_pass), Capacity(limit=50, workers=2), workers=2, ttl_s=60
+    )
+    items = [RolloutLine(i, Rollout(task_id="t/1", completion="x")) for i in range(30)]
+    job_id = await runner.submit(Batch({"t/1": TASK}, items, Limits()))
+    view = await runner.wait(job_id)
+    assert view is not None and view.state == "done"
+    del view
+    gc.collect()
+    # The old job kept each ScoredRollout (its judgement, its run: about 3.3 KB of
+    # objects each); it keeps each one's encoded line (about 1.2 KB).
+    held = [o for o in gc.get_objects() if isinstance(o, ScoredRollout)]
+    assert held == []
+    again = await runner.get(job_id)
+    assert again is not None
+    assert [r.index for r in again.results] == list(range(30))
+    assert {r.to_json()["verdict"] for r in again.results} == {"passed"}
     await runner.aclose()

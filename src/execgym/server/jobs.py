@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -60,6 +61,44 @@ class Batch:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldResult:
+    """A finished rollout's result as its job keeps it: the results line, encoded once.
+
+    A typical line is about 1.2 KB where the :class:`ScoredRollout` it was made from
+    holds about 3.3 KB of objects (issue 23: a job's results are kept until its TTL);
+    ``GET /v1/jobs/{id}`` splices the lines into its answer without decoding them.
+
+    Attributes:
+        index: The rollout's index in its batch.
+        verdict: Its verdict's value (``passed``...).
+        line: :meth:`ScoredRollout.to_json`, every string UTF-8-safe, as compact JSON
+            in UTF-8.
+    """
+
+    index: int
+    verdict: str
+    line: bytes
+
+    @classmethod
+    def of(cls, result: ScoredRollout) -> HeldResult:
+        """``result``'s line.
+
+        Raises:
+            ValueError: if a number in it is not finite (a result never has one).
+        """
+        from execgym.server.responses import utf8_safe  # responses imports this module
+
+        data = utf8_safe(result.to_json())
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return cls(result.index, result.verdict.value, text.encode("utf-8"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The results line as a JSON object."""
+        data: dict[str, Any] = json.loads(self.line)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """A job as callers see it.
 
@@ -75,7 +114,7 @@ class JobView:
     job_id: str
     state: JobState
     total: int
-    results: Sequence[ScoredRollout]
+    results: Sequence[HeldResult]
     message: str = ""
 
 
@@ -115,7 +154,7 @@ class _Job:
     view: JobView
     finished_at: float | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    results: list[ScoredRollout] = field(default_factory=list)
+    results: list[HeldResult] = field(default_factory=list)
 
 
 class _Jobs(abc.ABC):
@@ -185,7 +224,7 @@ class _Jobs(abc.ABC):
             pending -= 1
             run = result.judgement.run if result.judgement else None
             self.capacity.release(1, item_s=run.wall_time_s if run else None)
-            job.results.append(result)
+            job.results.append(HeldResult.of(result))  # the result itself is dropped
             if self._on_result is not None:
                 self._on_result(result)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections import Counter
 from typing import Any, Literal
 
@@ -11,7 +12,6 @@ from execgym.server.jobs import JobView
 from execgym.server.programs import ProgramOutcome
 from execgym.server.schemas import (
     CommandRunResult,
-    JobResponse,
     RunCodeResponse,
     RunResponse,
     StepReport,
@@ -144,15 +144,21 @@ def run_response(language: str, outcome: ProgramOutcome) -> RunResponse:
     )
 
 
-def job_response(view: JobView) -> JobResponse:
-    """A job and its results so far."""
-    counts = Counter(result.verdict.value for result in view.results)
-    return JobResponse(
-        job_id=view.job_id,
-        state=view.state,
-        total=view.total,
-        finished=len(view.results),
-        counts=dict(counts),
-        message=utf8_safe(view.message),
-        results=[utf8_safe(result.to_json()) for result in view.results],
-    )
+def job_response(view: JobView) -> bytes:
+    """A job and its results so far: the JSON body of a :class:`JobResponse`.
+
+    The results' lines are spliced in as the job keeps them (:class:`HeldResult`):
+    an answer of 10,000 results is never a list of 10,000 objects.
+    """
+    counts = Counter(result.verdict for result in view.results)
+    head = {
+        "job_id": view.job_id,
+        "state": view.state,
+        "total": view.total,
+        "finished": len(view.results),
+        "counts": dict(counts),
+        "message": utf8_safe(view.message),
+    }
+    text = json.dumps(head, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    lines = b",".join(result.line for result in view.results)
+    return text[:-1].encode("utf-8") + b',"results":[' + lines + b"]}"

@@ -224,29 +224,43 @@ async def languages(request: Request) -> dict[str, str]:
     }
 
 
-@api.post("/v1/score", tags=["score"], status_code=200, responses={202: {"model": JobResponse}})
-async def score(body: ScoreRequest, request: Request, response: Response) -> JobResponse:
+@api.post(
+    "/v1/score",
+    tags=["score"],
+    status_code=200,
+    response_model=JobResponse,
+    responses={202: {"model": JobResponse}},
+)
+async def score(body: ScoreRequest, request: Request) -> Response:
     """Score a batch of rollouts; with ``wait: false``, answer 202 and a job id at once."""
     service = service_of(request)
     batch = service.batch(body)
+    body.tasks = body.rollouts = None  # the batch has them: not held twice while it runs
     job_id = await service.jobs.submit(batch)
+    del batch
+    headers = {}
     if not body.wait:
         view = await service.jobs.get(job_id)
-        response.status_code = status.HTTP_202_ACCEPTED
-        response.headers["Location"] = f"/v1/jobs/{job_id}"
+        headers["Location"] = f"/v1/jobs/{job_id}"
     else:
         view = await service.jobs.wait(job_id)
     if view is None:  # expired already: only with a TTL shorter than the job
         raise HTTPException(status.HTTP_410_GONE, f"job {job_id} expired")
-    return job_response(view)
+    code = status.HTTP_200_OK if body.wait else status.HTTP_202_ACCEPTED
+    return Response(job_response(view), code, headers, media_type="application/json")
 
 
-@api.get("/v1/jobs/{job_id}", tags=["score"], responses={404: {"model": ErrorResponse}})
-async def job(job_id: str, request: Request) -> JobResponse:
+@api.get(
+    "/v1/jobs/{job_id}",
+    tags=["score"],
+    response_model=JobResponse,
+    responses={404: {"model": ErrorResponse}},
+)
+async def job(job_id: str, request: Request) -> Response:
     """A job's state and its results so far."""
     view = await service_of(request).jobs.get(job_id)
     if view is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no job {job_id!r}: unknown, or expired after its TTL"
         )
-    return job_response(view)
+    return Response(job_response(view), media_type="application/json")
