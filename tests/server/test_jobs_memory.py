@@ -44,7 +44,8 @@ async def test_a_finished_job_holds_its_results_lines_not_the_result_objects() -
     items = [RolloutLine(i, Rollout(task_id="t/1", completion="x")) for i in range(30)]
     job_id = await runner.submit(Batch({"t/1": TASK}, items, Limits()))
     view = await runner.wait(job_id)
-    assert view is not None and view.state == "done"
+    assert view is not None
+    assert view.state == "done"
     del view
     gc.collect()
     # The old job kept each ScoredRollout (its judgement, its run: about 3.3 KB of
