@@ -125,11 +125,15 @@ class Window:
     async def feed(self) -> None:
         """Take jobs from the source as the window frees, and submit them.
 
+        The window is refilled a quarter (at most :data:`SUBMIT_CHUNK` jobs) at a time,
+        so a batch costs one submit call per few hundred results, not one per result.
+
         Raises:
             ValueError: a job of another batch, or a job id already in flight.
         """
+        refill = max(1, min(SUBMIT_CHUNK, self.window // 4))  # jobs per submit, not 1
         while True:
-            while self._free() <= 0:
+            while self._free() < refill:
                 self.room.clear()
                 await self.room.wait()
             chunk: list[JobMessage] = []
