@@ -11,7 +11,7 @@ import pytest
 from execgym import Limits, Rollout, RolloutLine, Scorer, Task, Verdict
 from execgym.calibration import Calibrator
 from execgym.judges.base import Judgement
-from execgym.testing import fake_result
+from execgym.testing import FakeSandbox, fake_result
 from tests.conftest import ONE_TASK, write_jsonl
 
 TASK = Task(
@@ -203,3 +203,59 @@ def test_command_line_calibrates_and_echoes_the_limits(
     assert record["limits"]["wall_time_s"] == pytest.approx(expected, 1e-3)
     assert record["wall_time_s"] < 5
     assert list((tmp_path / "cache" / "execgym" / "calibration").glob("*.json"))
+
+
+def _grouped_batch() -> tuple[dict[str, Task], list[RolloutLine]]:
+    """Two tasks, three rollouts each, grouped by task as a trainer sends them."""
+    tasks = {task_id: TASK.model_copy(update={"task_id": task_id}) for task_id in ("t/1", "t/2")}
+    items = [
+        RolloutLine(index, Rollout(task_id=task_id, completion="    return 2\n"))
+        for index, task_id in enumerate(["t/1"] * 3 + ["t/2"] * 3)
+    ]
+    return tasks, items
+
+
+@pytest.mark.parametrize(("window", "overlap"), [(None, True), (4, True), (2, False)])
+async def test_a_sandbox_takes_another_task_while_a_reference_is_measured(
+    monkeypatch, window: int | None, overlap: bool
+) -> None:
+    """Rollouts grouped by task, 2 sandboxes: while one measures t/1's reference, the
+    other used to wait for it (its rollout was of t/1 too), idle for a whole run per
+    task (issue 23). Now it sets t/1's rollouts aside and measures t/2's reference;
+    unless the reorder window is too small to reach t/2 (2 items: t/1's first two),
+    where it waits for room, and the batch still finishes in order."""
+    tasks, items = _grouped_batch()
+    scorer = Scorer(tasks, FakeSandbox([fake_result()]), USER, calibrator=Calibrator())
+    t2_measuring = asyncio.Event()
+    overlapped: list[bool] = []
+    judged: list[tuple[str, str]] = []
+
+    async def judge(task: Task, rollout: Rollout, limits: Limits) -> Judgement:
+        is_reference = rollout.completion == task.reference
+        judged.append((task.task_id, "reference" if is_reference else "rollout"))
+        if is_reference and task.task_id == "t/2":
+            t2_measuring.set()
+        if overlap and is_reference and task.task_id == "t/1":  # ends once t/2's starts
+            try:
+                await asyncio.wait_for(t2_measuring.wait(), 10)  # the old code: 10 s
+                overlapped.append(True)
+            except TimeoutError:
+                overlapped.append(False)
+        await asyncio.sleep(0)
+        verdict = Verdict.PASSED if is_reference else Verdict.FAILED
+        return Judgement(verdict, run=fake_result(wall_time_s=0.05, cpu_time_s=0.02))
+
+    monkeypatch.setattr(scorer.scoring, "judge", judge)
+    emitted: list[int] = []
+    results = await scorer.score(
+        items, workers=2, order="input", window=window, on_result=lambda r: emitted.append(r.index)
+    )
+    assert overlapped == ([True] if overlap else [])
+    assert emitted == list(range(6))  # set-aside rollouts keep their place
+    assert [r.verdict for r in results] == [Verdict.FAILED] * 6
+    assert sorted(judged) == sorted(
+        [("t/1", "reference"), ("t/2", "reference")] + [("t/1", "rollout"), ("t/2", "rollout")] * 3
+    )
+    # Each reference once; every rollout under its task's calibrated limits.
+    assert all(r.calibration["calibrated"] for r in results)
+    assert {r.limits["wall_time_s"] for r in results} == {1.0}

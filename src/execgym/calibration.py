@@ -265,6 +265,21 @@ class Calibrator:
         measurement, cached = await asyncio.shield(future)
         return self.apply(task, limits, measurement, cached)
 
+    def measuring(self, task: Task, limits: Limits) -> asyncio.Future[Any] | None:
+        """The measurement of ``task``'s reference under ``limits`` while it is being made.
+
+        A batch scorer asks before giving a rollout a sandbox: a rollout of a task whose
+        reference another sandbox is measuring would only wait for it (see
+        :meth:`calibrate`), so it is set aside until the returned future is done and
+        the sandbox takes another rollout meanwhile.
+
+        Returns:
+            The future (done when the measurement is made or has failed), or ``None``:
+            not started (the caller's rollout will measure it) or already made.
+        """
+        future = self._measured.get(self._key(task, limits))
+        return future if future is not None and not future.done() else None
+
     def apply(
         self, task: Task, limits: Limits, m: Measurement, cached: bool = False
     ) -> tuple[Task, Limits, Calibration]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from execgym.errors import Error
 from execgym.judges.base import Judgement, JudgeSet
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.scoring.core import Scoring, score_rollout, score_unusable
@@ -237,22 +238,21 @@ async def score_batch(
     room = window or max(REORDER_WINDOW_MIN, REORDER_WINDOW_PER_WORKER * count)
     if room < 1:
         raise ValueError(f"window={window!r}: give at least 1")
-    iterator = _numbered(items)
     results: list[ScoredRollout] = []
     bad_items: list[TypeError] = []
     reorder = _Reorder(on_result if order == "input" else None, room)
+    intake = _Intake(_numbered(items), reorder, _measuring(scoring, tasks, limits))
 
     async def worker() -> None:
         while not bad_items:
-            await reorder.wait_for_room()
             try:
-                item = next(iterator)  # shared iterator: each item is taken by one worker
-            except StopIteration:
-                return
+                taken = await intake.take()
             except TypeError as error:
                 bad_items.append(error)
                 return
-            position = reorder.take()  # no await since the check: the window holds
+            if taken is None:
+                return
+            position, item = taken
             result = await _score_item(scoring, tasks, item, limits, skipped_tasks)
             if output_tail is not None:
                 result = result.with_output_tail(output_tail)
@@ -272,6 +272,88 @@ async def score_batch(
     if bad_items:
         raise bad_items[0]
     return sorted(results, key=lambda r: r.index)
+
+
+def _measuring(
+    scoring: Scoring, tasks: Mapping[str, Task], limits: Limits | None
+) -> Callable[[RolloutLine | LineProblem], asyncio.Future[Any] | None]:
+    """What an item would wait for before its run: its task's reference being measured.
+
+    The calibration :func:`~execgym.scoring.core.score_rollout` would wait for (the
+    batch's calibrator, the task's limits over the batch's), or ``None``.
+    """
+    calibrator = scoring.calibrator
+    measuring = getattr(calibrator, "measuring", None)
+
+    def waits_for(item: RolloutLine | LineProblem) -> asyncio.Future[Any] | None:
+        if measuring is None or not isinstance(item, RolloutLine):
+            return None
+        task = tasks.get(item.rollout.task_id)
+        if task is None:
+            return None
+        try:
+            task_limits = task.limits_over(limits or scoring.limits)
+        except Error:  # judged invalid when scored: nothing to wait for
+            return None
+        future: asyncio.Future[Any] | None = measuring(task, task_limits)
+        return future
+
+    return waits_for
+
+
+class _Intake:
+    """Hands the workers the items, in input order but for those that would only wait.
+
+    A rollout of a task whose reference another sandbox is measuring (the batch's
+    calibrator) would hold its sandbox idle until the measurement is made: it is set
+    aside instead, and the sandbox takes the next item. Set-aside items keep their
+    place in the reorder buffer and are handed out first once their task is measured.
+    With rollouts grouped by task (a trainer's group of samples), every sandbox but
+    the measuring one used to wait for each task's reference (issue 23).
+    """
+
+    def __init__(
+        self,
+        iterator: Iterator[RolloutLine | LineProblem],
+        reorder: _Reorder,
+        waits_for: Callable[[RolloutLine | LineProblem], asyncio.Future[Any] | None],
+    ) -> None:
+        self._iterator = iterator
+        self._reorder = reorder
+        self._waits_for = waits_for
+        self._aside: list[tuple[asyncio.Future[Any], int, RolloutLine | LineProblem]] = []
+        self._exhausted = False
+
+    async def take(self) -> tuple[int, RolloutLine | LineProblem] | None:
+        """The next item to score and its position, or ``None`` when there are none.
+
+        Raises:
+            TypeError: at an item that is not a rollout (from :func:`_numbered`).
+        """
+        while True:
+            for place, (future, position, item) in enumerate(self._aside):
+                if future.done():
+                    del self._aside[place]
+                    return position, item
+            pending = [future for future, _, _ in self._aside]
+            if self._exhausted:
+                if not pending:
+                    return None
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            await self._reorder.wait_for_room(*pending)
+            if self._reorder.full():
+                continue  # a set-aside item is ready: it is taken first
+            try:
+                item = next(self._iterator)  # shared: each item is taken by one worker
+            except StopIteration:
+                self._exhausted = True
+                continue
+            position = self._reorder.take()  # no await since the check: the window holds
+            measuring = self._waits_for(item)
+            if measuring is None:
+                return position, item
+            self._aside.append((measuring, position, item))
 
 
 async def _score_item(
@@ -314,10 +396,18 @@ class _Reorder:
         self._room = asyncio.Event()
         self._room.set()
 
-    async def wait_for_room(self) -> None:
-        while self._emit is not None and self._taken - self._next >= self._window:
+    def full(self) -> bool:
+        return self._emit is not None and self._taken - self._next >= self._window
+
+    async def wait_for_room(self, *also: asyncio.Future[Any]) -> None:
+        """Until there is room in the window, or one of ``also`` is done."""
+        while self.full() and not any(future.done() for future in also):
             self._room.clear()
-            await self._room.wait()
+            room = asyncio.ensure_future(self._room.wait())
+            try:
+                await asyncio.wait({room, *also}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                room.cancel()
 
     def take(self) -> int:
         self._taken += 1
