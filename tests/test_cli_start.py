@@ -54,6 +54,7 @@ NOT_FOR_A_PLAIN_BATCH = (
     "execgym.storage",
     "fastapi",
     "importlib.metadata",  # pydantic's plugin finder, with every plugin disabled
+    "importlib.resources",  # the guest sources are files next to their reader
     "multiprocessing",
     "prometheus_client",
     "ray",

