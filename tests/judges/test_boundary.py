@@ -81,6 +81,67 @@ async def test_function_call_state_does_not_carry_from_case_to_case(hack_sandbox
     assert shared.details["state"] == "shared"
 
 
+SAME = (
+    "def check(candidate):\n    seen = [candidate(2) for _ in range(3)]\n"
+    "    assert seen[0] == seen[1] == seen[2], seen\n"
+)
+"""Three calls of a module freshly imported each time see the same state."""
+
+COUNTS = "_n = [3]\ndef _count(*_):\n    _n[0] += 1\n"
+"""A counter the solution's hooks below bump in the loaded process between calls."""
+
+SEES_THE_COUNT = "\ndef f(x):\n    return _n[0]\n"
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "import signal\nsignal.signal(signal.SIGCHLD, _count)\n",
+        "import os\n_fork = os.fork\ndef _f():\n    _count()\n    return _fork()\nos.fork = _f\n",
+        "import os\n_read = os.read\ndef _r(fd, n):\n    _count()\n    return _read(fd, n)\n"
+        "os.read = _r\n",
+        "import os\nos.register_at_fork(before=_count)\n",
+        "import os\nos.register_at_fork(after_in_parent=_count)\n",
+        "import sys\nsys.addaudithook(lambda event, args: event == 'os.fork' and _count())\n",
+        "import sys\nclass W:\n    def write(self, s):\n        return len(s)\n"
+        "    def flush(self):\n        _count()\nsys.stdout = W()\n",
+        "import sys\nsys.setprofile(lambda frame, event, arg: event == 'c_call' and _count())\n",
+        "import sys\ndef _t(frame, event, arg):\n    _count()\nsys.settrace(_t)\n",
+        "import gc\ngc.callbacks.append(_count)\ngc.set_threshold(1)\n",
+        # a thread of the loaded process counting the calls' forks as they are reaped
+        "import resource, threading, time\ndef _watch():\n"
+        "    last = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt\n"
+        "    while True:\n        now = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt\n"
+        "        if now != last:\n            _count()\n            last = now\n"
+        "        time.sleep(0.0002)\nthreading.Thread(target=_watch, daemon=True).start()\n",
+    ],
+    ids=[
+        "sigchld-handler",
+        "os.fork-replaced",
+        "os.read-replaced",
+        "at-fork-before",
+        "at-fork-after-in-parent",
+        "audit-hook",
+        "stdout-flush",
+        "profile-function",
+        "trace-function",
+        "gc-callback",
+        "thread",
+    ],
+)
+async def test_nothing_of_the_solution_runs_in_its_loaded_process_between_calls(
+    hack_sandbox, hook
+) -> None:
+    """With fresh state, each call is a fork of the loaded solution's process; code of
+    the solution running in that process between two forks (a signal handler, a hook,
+    a replaced function the harness calls, a thread) carried a count from call to call:
+    ``(3, 4, 5)`` instead of ``(3, 3, 3)``: all but the gc callback on main before
+    (2026-12-03; the thread whenever it won its race with the next fork)."""
+    result = await judge(hack_sandbox, assert_task(SAME), COUNTS + hook + SEES_THE_COUNT)
+    assert result.verdict is Verdict.PASSED, result.message
+    assert result.details["state"] == "fresh"
+
+
 async def test_objects_the_tests_keep_keep_their_own_state(bwrap_sandbox) -> None:
     """Fresh state is the module's: an object the tests made keeps what they did to it."""
     tests = (

@@ -40,7 +40,7 @@ Protocol:
    tests' loops), so tests that expect one still work; ``SystemExit``,
    ``KeyboardInterrupt`` or the solution process dying end the tests as an ``error``.
    With state ``fresh`` (part two's last header field), every call is served by a fork
-   of the loaded solution process (:func:`serve_in_forks`). A ``check`` that passes
+   of the loaded solution process (:func:`make_call_forks`). A ``check`` that passes
    without calling the solution, or (when the host counted them) without running an
    ``assert``, makes the task ``invalid`` (``task_error``).
 4. With a reference (part two ends with one), the reference runs in its own process

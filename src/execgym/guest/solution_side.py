@@ -315,7 +315,7 @@ def solution_process(program, entry_point, commands, answers):
         after = snapshot([], {k: values[k] for k in before})
         return [[k, values[k]] for k in before if after.get(k) != before[k]] or None
 
-    orphan_kill = parent_death_signal()
+    serve_in_forks = make_call_forks(commands, answers)  # bound before the solution runs
     for request in requests(commands, flush):
         if request[0] == "load":
             _, fresh_instance, fresh_state, names, wanted = request
@@ -337,88 +337,167 @@ def solution_process(program, entry_point, commands, answers):
                 raised(error)
                 continue
             state["fresh"] = fresh_state
-            if fresh_state:
-                import gc
-
-                gc.freeze()  # forks then copy no page for the collector's sake
             if state["get_target"] is None and entry_point:
                 answer("missing", entry_point)
             else:
                 answer("loaded", found)
             if state["fresh"]:  # from now on, a fork of this process takes each request
-                serve_in_forks(serve, commands, answer, flush, orphan_kill)
+                serve_in_forks(serve)
             continue
         serve(*request)
 
 
-def serve_in_forks(serve, commands, answer, flush, orphan_kill):
-    """Serve every later request in a fork of this (loaded) process, one fork each.
+def make_call_forks(commands, answers):
+    """``serve_in_forks(serve)``: fresh state, each request served by a fork of this process.
 
-    Each fork is made ahead of its request and reads it from ``commands`` itself, so the
-    fork's cost is not on the harness's path; it closes ``commands`` (later requests are
-    not its to read, nor a child's of it), answers the harness itself, and then writes
-    one byte on a pipe of its own to say so. This process then kills it (it has nothing
-    more to do: a forged early answer gains nothing), reaps it and makes the next. A
-    fork that ends without saying so (a crash, ``os._exit``, a signal) is answered
+    Bound here, before the solution's code runs in this process, with everything it
+    calls: the solution's module may replace ``os.fork``, ``os.read``, ``sys.stdout``
+    or a builtin, install a signal handler, a trace or profile function, a ``gc``
+    callback, an at-fork or an audit hook, or start a thread, and any of those running
+    in this process between two calls would carry state from one call to the next (a
+    handler counting ``SIGCHLD``, a hook counting forks: each passed ``assert f(2) ==
+    4`` then ``assert f(2) == 5`` before). ``serve_in_forks`` first makes this process
+    inert (:func:`make_inert`), then, for each request it reads on ``commands``, forks
+    a copy of it with libc's own ``fork`` (:func:`raw_fork`: no at-fork hook runs and no
+    audit event is raised, so a fork is invisible to the solution's code; Python's
+    ``os.fork`` ran both, and reseeded ``random`` in each fork), which restores what
+    was set aside, closes ``commands`` (later requests are not its to read), serves
+    the request, answers the harness itself and says so with one byte on a pipe of its
+    own. This process waits for it to end and forks the next one for the next request:
+    one fork per request, made when the request arrives (one made ahead of each request
+    had to be made for the end of the requests too: one more fork per rollout). A fork
+    that ends without saying so (a crash, ``os._exit``, a signal) is answered
     ``("exited", how, signal)`` here. Never returns: at the harness's EOF it leaves.
+
+    A fork's process is killed with its parent by the harness, which kills this
+    process's group (:meth:`execgym.guest.untrusted.Solution.finish`).
     """
-    receive, loads = make_frames(os.read, os.write)[2], make_codec()[1]
-    while True:
-        flush()
-        done_read, done_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(done_read)
-                orphan_kill()
-                message = receive(commands)
-                if message is None:  # the harness is done
-                    os.write(done_write, b"E")
-                    os._exit(0)
-                os.close(commands)
-                serve(*loads(message))
-                os.write(done_write, b"!")
-            finally:
-                os._exit(0)
-        os.close(done_write)
+    import _signal
+    import gc
+
+    read, write, pipe, close, exit_now = os.read, os.write, os.pipe, os.close, os._exit
+    signaled, stopped_by, exit_code = os.WIFSIGNALED, os.WTERMSIG, os.WEXITSTATUS
+    send, _, receive = make_frames(read, write)
+    dumps, loads = make_codec()
+    fork, wait = raw_fork()
+    inert = make_inert(_signal, gc, wait)
+
+    def exited(status):
+        if signaled(status):
+            return "killed by signal %d" % stopped_by(status), stopped_by(status)
+        return "exited with code %d" % exit_code(status), 0
+
+    def serve_in_forks(serve):
+        restore = inert()
+        while True:
+            message = receive(commands)
+            if message is None:  # the harness is done
+                exit_now(0)
+            done_read, done_write = pipe()
+            pid = fork()
+            if pid == 0:
+                try:
+                    restore()
+                    close(done_read)
+                    close(commands)
+                    serve(*loads(message))
+                    write(done_write, b"!")
+                finally:
+                    exit_now(0)
+            close(done_write)
+            finished = read(done_read, 1) if pid > 0 else b""
+            close(done_read)
+            if pid < 0:
+                send(answers, dumps(("exited", "could not fork (too many processes?)", 0)))
+                continue
+            status = wait(pid)
+            if not finished:  # no flush(): sys.stdout may be the solution's own object
+                send(answers, dumps(("exited", *exited(status))))
+
+    return serve_in_forks
+
+
+def make_inert(_signal, gc, wait):
+    """``inert() -> restore``: make this process run no code of the solution's from now on.
+
+    ``inert()`` blocks every signal (a handler of the solution's would run here at the
+    next call of a Python function), turns the cyclic garbage collector off (its
+    callbacks and finalizers; what exists is frozen, so that a collection in a fork
+    copies no page for it), sets aside the trace and profile functions, and, if the
+    solution left threads running, goes on in a fork of this process that has only
+    this thread (Python's own fork, once, with every signal blocked; the process with
+    the threads waits for it holding the GIL, so none of them runs again, and leaves
+    with its status). ``restore()``, called first thing in each fork, puts back what
+    was set aside, so a call sees the module as its import left it. Everything here is
+    bound before the solution's code runs.
+    """
+    mask, block, set_mask = _signal.pthread_sigmask, _signal.SIG_BLOCK, _signal.SIG_SETMASK
+    every_signal = _signal.valid_signals()
+    collecting, collect_on, collect_off, freeze = gc.isenabled, gc.enable, gc.disable, gc.freeze
+    get_trace, set_trace = sys.gettrace, sys.settrace
+    get_profile, set_profile = sys.getprofile, sys.setprofile
+    listdir, python_fork, exit_now = os.listdir, os.fork, os._exit
+    signaled, stopped_by, exit_code = os.WIFSIGNALED, os.WTERMSIG, os.WEXITSTATUS
+    length = len
+
+    def alone():
         try:
-            finished = os.read(done_read, 1)
-        finally:
-            os.close(done_read)
-        if finished == b"!":
-            try:
-                os.kill(pid, 9)
-            except OSError:
-                pass
-        _, status = os.waitpid(pid, 0)
-        if finished == b"E":
-            os._exit(0)
-        if finished:
-            continue
-        if os.WIFSIGNALED(status):
-            answer("exited", "killed by signal %d" % os.WTERMSIG(status), os.WTERMSIG(status))
-        else:
-            answer("exited", "exited with code %d" % os.WEXITSTATUS(status), 0)
+            return length(listdir("/proc/self/task")) == 1
+        except OSError:
+            return False
+
+    def inert():
+        saved = mask(block, every_signal)
+        was_collecting = collecting()
+        collect_off()
+        freeze()  # a collection in a fork would write to every object's page
+        trace, profile = get_trace(), get_profile()
+        if trace is not None:
+            set_trace(None)
+        if profile is not None:
+            set_profile(None)
+        if not alone():
+            pid = python_fork()
+            if pid != 0:
+                status = wait(pid)
+                exit_now(128 + stopped_by(status) if signaled(status) else exit_code(status))
+
+        def restore():
+            mask(set_mask, saved)
+            if was_collecting:
+                collect_on()
+            if trace is not None:
+                set_trace(trace)
+            if profile is not None:
+                set_profile(profile)
+
+        return restore
+
+    return inert
 
 
-def parent_death_signal():
-    """``kill()``, for a fork of the solution: SIGKILL it when its parent dies.
+def raw_fork():
+    """``(fork, wait)``: libc's ``fork()`` and ``waitpid()``, called with the GIL held.
 
-    The harness kills the solution's process past a call's time limit; the fork serving
-    the call must not outlive it. Bound once, called in each fork.
+    ``fork() -> pid`` (-1 if it failed) runs none of Python's at-fork hooks (nor
+    CPython's own after-fork bookkeeping, which a process with one thread and no lock
+    held does not need) and raises no audit event; ``wait(pid) -> status`` never lets
+    another Python thread of this process run. Through :mod:`ctypes` (``PyDLL``: the
+    GIL is kept); where it is missing, ``os.fork`` and ``os.waitpid``.
     """
-    found = sys.modules.get("ctypes")
-    if found is None:
-        return lambda: None
     try:
-        prctl = found.CDLL(None).prctl
+        import ctypes
+
+        fork = ctypes.PyDLL(None).fork
+        waitpid, status = ctypes.PyDLL(None, use_errno=True).waitpid, ctypes.c_int()
+        where, errno = ctypes.byref(status), ctypes.get_errno
     except BaseException:
-        return lambda: None
+        return os.fork, lambda pid: os.waitpid(pid, 0)[1]
 
-    def kill():
-        try:
-            prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-        except BaseException:
-            pass
+    def wait(pid):
+        while waitpid(pid, where, 0) < 0:
+            if errno() != 4:  # EINTR: again; anything else: no such child to wait for
+                return 0
+        return status.value
 
-    return kill
+    return fork, wait

@@ -113,15 +113,21 @@ def read_part(read_exactly):
 def fork_untrusted(body, *args):
     """Fork a process for untrusted code; return (pid, fd to it, fd from it).
 
-    In the child, before ``body(*args, 4, 5)`` runs: stdin is ``/dev/null``, fd 4 reads
-    what the parent sends and fd 5 writes to it, and every other descriptor but stdout
-    and stderr is closed, the report channel (fd 3) first of all.
+    In the child, before ``body(*args, 4, 5)`` runs: it leads a process group of its
+    own (so :meth:`Solution.finish` kills it with every process it forked, each call's
+    fork with fresh state first of all), stdin is ``/dev/null``, fd 4 reads what the
+    parent sends and fd 5 writes to it, and every other descriptor but stdout and
+    stderr is closed, the report channel (fd 3) first of all.
     """
     down_read, down_write = os.pipe()
     up_read, up_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            try:
+                os.setpgid(0, 0)
+            except OSError:
+                pass  # then the process alone is killed, and the rest reaped (stop)
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             os.dup2(down_read, 4)
             os.dup2(up_write, 5)
@@ -434,13 +440,13 @@ class Solution:
     def finish(self, wait_s=0):
         """Close the pipes, let the process leave within ``wait_s`` s, else kill; reap it.
 
-        At EOF on its commands the process leaves by itself: with fresh state, after the
-        fork it made ahead for the next request has read that EOF and left too. Waiting
-        for that (about a millisecond) makes the run's process count the same every
-        time (the harness, this process and each fork it made: one per request, plus
-        that last one); killing it at once, or leaving it to the run's end, counted the
-        last fork only if it won the race. A process still there after ``wait_s``
-        seconds (its code held it up) is killed. Returns the ``wait4`` resource usage;
+        At EOF on its commands the process leaves by itself (with fresh state, each
+        call's fork has ended by then). Waiting for that (about a millisecond) makes the
+        run's process count the same every time (the harness, this process and, with
+        fresh state, one fork per request). A process still there after ``wait_s``
+        seconds (its code held it up) is killed, with its process group (a fork serving
+        a call when the call timed out, and whatever it started that stayed in the
+        group; what left it is reaped by :meth:`stop`). Returns the ``wait4`` resource usage;
         :attr:`status` is set (``None`` if it was set before: nothing is done).
         """
         if self.status is not None:
@@ -453,10 +459,11 @@ class Solution:
         if wait_s and not self.exits_within(wait_s):
             wait_s = 0
         if not wait_s:
-            try:
-                os.kill(self.pid, 9)
-            except OSError:
-                pass
+            for kill in (os.killpg, os.kill):  # its group: the fork serving a call too
+                try:
+                    kill(self.pid, 9)
+                except OSError:
+                    pass
         _, self.status, usage = os.wait4(self.pid, 0)
         LIVE_SOLUTIONS.discard(self.pid)
         return usage
