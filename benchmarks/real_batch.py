@@ -11,7 +11,9 @@ same number of programs at once and the same time limit:
 - execgym, fixed limits: ``execgym score --dataset humaneval ROLLOUTS --timeout LIMIT``
   (warm pool, bwrap), end to end;
 - execgym, calibrated: the same with ``--calibrate-limits`` (each task's limit from its
-  reference's time, measured in this run: a fresh calibration cache).
+  reference's time, measured in this run: a fresh calibration cache; the target row);
+- the same again with the measurements the calibrated run kept (``--skip-cached``
+  leaves it out): what each later batch of a training run over the same tasks pays.
 
 For each: wall time, rollouts/s, CPU per rollout (user + system time of the whole
 process tree: ``RUSAGE_CHILDREN`` for the plain harness, samples of the command's
@@ -146,13 +148,19 @@ def plain(rollouts: list[dict], timeout_s: float, workers: int) -> list[tuple[st
 
 
 def execgym_cli(
-    rollouts_path: Path, timeout_s: float, workers: int, folder: Path, calibrated: bool
-) -> tuple[list[tuple[str, bool]], dict[str, float], float]:
-    out = folder / ("calibrated.jsonl" if calibrated else "fixed.jsonl")
+    rollouts_path: Path, timeout_s: float, workers: int, folder: Path, mode: str
+) -> tuple[list[tuple[str, bool]], dict[str, float], float, str]:
+    """``execgym score`` of the batch: ``mode`` is ``fixed``, ``calibrated`` or ``cached``.
+
+    ``cached`` is ``--calibrate-limits`` again, with the measurements the ``calibrated``
+    run left in this run's cache (what every batch after the first pays in training).
+    Returns the passes, ``{verdict: count}``, CPU seconds and where the sandbox time went.
+    """
+    out = folder / f"{mode}.jsonl"
     argv = [sys.executable, "-m", "execgym", "score", "--dataset", "humaneval"]
     argv += [str(rollouts_path), "-o", str(out), "--timeout", str(timeout_s)]
     argv += ["--workers", str(workers), "--k", "1"]
-    if calibrated:
+    if mode != "fixed":
         argv.append("--calibrate-limits")
     env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}  # measured in this run
     done, cpu_s = run_sampled(argv, env)
@@ -160,16 +168,23 @@ def execgym_cli(
         raise SystemExit(f"execgym score failed ({done.returncode}): {done.stderr[-2000:]}")
     passed: list[tuple[str, bool]] = []
     verdicts: dict[str, float] = defaultdict(int)
+    seconds: dict[str, float] = defaultdict(float)  # sandbox seconds per verdict
+    measured: set[str] = set()
     with out.open() as results:
         for line in results:
             record = json.loads(line)
             passed.append((record["task_id"], record["verdict"] == "passed"))
             verdicts[record["verdict"]] += 1
-            if record["verdict"] == "timeout":  # sandbox seconds the runaways took
-                verdicts["timeout_s"] = round(
-                    verdicts.get("timeout_s", 0) + (record["wall_time_s"] or 0), 1
-                )
-    return passed, dict(verdicts), cpu_s
+            seconds[record["verdict"]] += record["wall_time_s"] or 0
+            calibration = record.get("calibration") or {}
+            if calibration.get("calibrated") and not calibration.get("cached"):
+                measured.add(record["task_id"])
+    total = sum(seconds.values())
+    where = ", ".join(
+        f"{verdict} {seconds[verdict]:.1f} s ({100 * seconds[verdict] / total:.0f} %)"
+        for verdict in sorted(seconds, key=seconds.__getitem__, reverse=True)
+    )
+    return passed, dict(verdicts), cpu_s, f"{where}; references measured: {len(measured)}"
 
 
 def main() -> None:
@@ -179,6 +194,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-plain", action="store_true")
+    parser.add_argument(
+        "--skip-cached",
+        action="store_true",
+        help="leave out the calibrated run that reuses the first one's measurements",
+    )
     args = parser.parse_args()
     rollouts = make_workload(args.per_task, args.seed)
     rows = []
@@ -186,21 +206,25 @@ def main() -> None:
         folder = Path(tmp)
         rollouts_path = folder / "rollouts.jsonl"
         rollouts_path.write_text("".join(json.dumps(r) + "\n" for r in rollouts))
-        configs = [("execgym, fixed limits", False), ("execgym, calibrated", True)]
+        configs = [("execgym, fixed limits", "fixed"), ("execgym, calibrated", "calibrated")]
         if not args.skip_plain:
-            configs.insert(0, ("plain subprocess.run", None))
-        for name, calibrated in configs:
+            configs.insert(0, ("plain subprocess.run", "plain"))
+        if not args.skip_cached:
+            configs.append(("  same, measurements kept", "cached"))
+        for name, mode in configs:
             cpu0, wall0 = _children_cpu(), time.perf_counter()
-            if calibrated is None:
+            if mode == "plain":
                 passed, verdicts = plain(rollouts, args.timeout, args.workers), {}
-                cpu = _children_cpu() - cpu0
+                cpu, where = _children_cpu() - cpu0, ""
             else:
-                passed, verdicts, cpu = execgym_cli(
-                    rollouts_path, args.timeout, args.workers, folder, calibrated
+                passed, verdicts, cpu, where = execgym_cli(
+                    rollouts_path, args.timeout, args.workers, folder, mode
                 )
             wall = time.perf_counter() - wall0
             rows.append((name, wall, len(passed) / wall, 1000 * cpu / len(passed), passed))
-            print(f"{name}: {wall:.1f} s, verdicts {verdicts}", flush=True)
+            print(f"{name.strip()}: {wall:.1f} s, verdicts {verdicts}", flush=True)
+            if where:
+                print(f"  sandbox seconds by verdict: {where}", flush=True)
     print(
         f"\n{len(rollouts)} rollouts (HumanEval x {args.per_task}, seed {args.seed}), "
         f"{args.workers} at once, limit {args.timeout:g} s"
@@ -222,6 +246,12 @@ def main() -> None:
             f"(target >= 2x), pass@1 {pass_at_1(calibrated_row[4]) - pass_at_1(plain_row[4]):+.2f}"
             " points (target within 0.1)"
         )
+        kept = by_name.get("  same, measurements kept")
+        if kept is not None:
+            print(
+                f"measurements kept vs plain: {kept[2] / plain_row[2]:.2f}x rollouts/s, pass@1 "
+                f"{pass_at_1(kept[4]) - pass_at_1(plain_row[4]):+.2f} points"
+            )
 
 
 if __name__ == "__main__":

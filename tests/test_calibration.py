@@ -225,7 +225,8 @@ async def test_a_sandbox_takes_another_task_while_a_reference_is_measured(
     unless the reorder window is too small to reach t/2 (2 items: t/1's first two),
     where it waits for room, and the batch still finishes in order."""
     tasks, items = _grouped_batch()
-    scorer = Scorer(tasks, FakeSandbox([fake_result()]), USER, calibrator=Calibrator())
+    calibrator = Calibrator(floor_first=False)  # each reference measured first
+    scorer = Scorer(tasks, FakeSandbox([fake_result()]), USER, calibrator=calibrator)
     t2_measuring = asyncio.Event()
     overlapped: list[bool] = []
     judged: list[tuple[str, str]] = []
@@ -259,3 +260,56 @@ async def test_a_sandbox_takes_another_task_while_a_reference_is_measured(
     # Each reference once; every rollout under its task's calibrated limits.
     assert all(r.calibration["calibrated"] for r in results)
     assert {r.limits["wall_time_s"] for r in results} == {1.0}
+
+
+async def test_references_are_measured_only_for_tasks_whose_rollouts_run_past_the_floor(
+    monkeypatch,
+) -> None:
+    """A calibrated limit is never below the floor, so a run that ends within it has its
+    verdict under any calibrated limit: t/1's rollouts all do, and its reference is never
+    run (the old code measured every task's reference before its first rollout: one more
+    run per task). t/2 has a slow but correct rollout (1.5 s): under the floor (1 s) it
+    times out, so t/2's reference is measured (0.2 s: limit 2 s) and that rollout runs
+    again under 2 s, and passes, as it would had the reference been measured first."""
+    tasks, items = _grouped_batch()
+    completions = ["pass", "fail", "pass", "slow", "pass", "fail"]
+    items = [
+        RolloutLine(line.index, line.rollout.model_copy(update={"completion": completion}))
+        for line, completion in zip(items, completions, strict=True)
+    ]
+    scorer = Scorer(tasks, FakeSandbox([fake_result()]), USER, calibrator=Calibrator())
+    judged: list[tuple[str, str, float]] = []
+
+    async def judge(task: Task, rollout: Rollout, limits: Limits) -> Judgement:
+        judged.append((task.task_id, rollout.completion, limits.wall_time_s))
+        if rollout.completion == task.reference:
+            verdict, seconds = Verdict.PASSED, 0.2
+        elif rollout.completion == "slow":
+            seconds = min(1.5, limits.wall_time_s)
+            verdict = Verdict.PASSED if seconds == 1.5 else Verdict.TIMEOUT
+        else:
+            verdict = Verdict.PASSED if rollout.completion == "pass" else Verdict.FAILED
+            seconds = 0.05
+        return Judgement(verdict, run=fake_result(wall_time_s=seconds, cpu_time_s=seconds))
+
+    monkeypatch.setattr(scorer.scoring, "judge", judge)
+    results = await scorer.score(items, workers=1)
+    references = [call for call in judged if call[1] == TASK.reference]
+    assert references == [("t/2", TASK.reference, 3.0)]  # t/2's only, under the user's 3 s
+    assert [call for call in judged if call[1] == "slow"] == [
+        ("t/2", "slow", 1.0),  # the floor
+        ("t/2", "slow", 2.0),  # 10 x 0.2 s
+    ]
+    assert [r.verdict for r in results] == [Verdict(v) for v in (
+        "passed", "failed", "passed", "passed", "passed", "failed"
+    )]  # fmt: skip
+    unmeasured = results[0].to_json()
+    assert unmeasured["limits"]["wall_time_s"] == 1.0  # what it ran under: the floor
+    assert unmeasured["calibration"]["calibrated"] is False
+    assert "not measured" in unmeasured["calibration"]["reason"]
+    slow = results[3].to_json()
+    assert slow["limits"]["wall_time_s"] == 2.0
+    assert slow["calibration"]["calibrated"] is True
+    assert slow["calibration"]["reference_wall_time_s"] == 0.2
+    # Rollouts after the measurement run under the calibrated limit at once.
+    assert results[4].to_json()["limits"]["wall_time_s"] == 2.0

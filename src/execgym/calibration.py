@@ -16,7 +16,13 @@ calibration each task's limit is measured instead:
   the reference (another algorithm, a cold cache, a loaded host); *floor*
   (:data:`DEFAULT_FLOOR_S`, 1 s) keeps the start-up of a run and the noise of a busy
   machine from ever deciding a verdict. Both are settable (``--calibration-factor``,
-  ``--calibration-floor``).
+  ``--calibration-floor``); why these values: :data:`DEFAULT_FLOOR_S`.
+- Measured only where it can matter (``floor_first``, the default): a calibrated limit
+  is never below the floor, so a rollout first runs under the floor; the reference is
+  measured only when a run hits that limit, and that run is judged again under the
+  calibrated limits when they are higher (:meth:`Calibrator.first_try`). Same verdicts
+  as measuring first, without a reference run for the tasks whose rollouts all end
+  within the floor (most of them).
 - Never above the user's limit (command line or task), and the user's limit as it is
   where there is no usable reference (none, or it does not pass): a calibrated limit
   can only end a runaway rollout sooner.
@@ -56,7 +62,15 @@ DEFAULT_FACTOR = 10.0
 """Calibrated limit = this many times the reference's time (at least the floor)."""
 
 DEFAULT_FLOOR_S = 1.0
-"""A calibrated limit is never below this many seconds."""
+"""A calibrated limit is never below this many seconds (wall and CPU alike).
+
+Measured on the 2-core development host (``benchmarks/real_batch.py``, the mutant
+workload of ``benchmarks/mutant_workload.py``, 2 at once, load 14; docs/sandboxes.md):
+CPU time is the stable clock (a passing rollout used at most 1.58x its reference's CPU
+time, but 2.30x its wall time) and 159 of 164 HumanEval references give a CPU limit at
+this floor; a lower floor would move verdicts, not only end loops sooner: the memory
+bomb needed 0.41-0.44 s of CPU to fill 512 MiB (``memory_exceeded``) and would become a
+``timeout``."""
 
 CACHE_VERSION = 1
 """Part of every cache key: raised when what is measured changes."""
@@ -187,6 +201,14 @@ class Measured:
         return calibrator.apply(task, limits, self.measurement)
 
 
+def hit_time_limit(judgement: Judgement) -> bool:
+    """Whether a run was stopped by a clock (wall or CPU): its verdict may depend on it."""
+    from execgym.judges.base import Verdict
+
+    hit = judgement.run.limit_hit if judgement.run is not None else None
+    return judgement.verdict is Verdict.TIMEOUT or hit in ("wall_time_s", "cpu_time_s")
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
@@ -203,6 +225,10 @@ class Calibrator:
         floor_s: See :data:`DEFAULT_FLOOR_S`; positive.
         cache_dir: Where measurements are kept between batches (``None``: memory only).
         sandbox_name: Part of the cache key (a measurement holds for one sandbox).
+        floor_first: Run a rollout of a task not yet measured under the floor first,
+            and measure the reference only if that run hits a time limit (see
+            :meth:`first_try`); ``False`` measures every task's reference before its
+            first rollout runs.
 
     Raises:
         ValueError: if ``factor`` is below 1 or ``floor_s`` is not positive.
@@ -215,6 +241,7 @@ class Calibrator:
         floor_s: float = DEFAULT_FLOOR_S,
         cache_dir: Path | None = None,
         sandbox_name: str = "",
+        floor_first: bool = True,
     ) -> None:
         if not factor >= 1:
             raise ValueError(f"calibration factor {factor!r}: give at least 1")
@@ -223,6 +250,7 @@ class Calibrator:
         self.factor = factor
         self.floor_s = floor_s
         self.cache_dir = cache_dir
+        self.floor_first = floor_first
         self._sandbox_name = sandbox_name
         self._measured: dict[str, asyncio.Future[tuple[Measurement, bool]]] = {}
         self._keys: dict[tuple[str, Limits], str] = {}
@@ -264,6 +292,47 @@ class Calibrator:
                 raise
         measurement, cached = await asyncio.shield(future)
         return self.apply(task, limits, measurement, cached)
+
+    def first_try(self, task: Task, limits: Limits) -> tuple[Task, Limits, Calibration] | None:
+        """Limits to run a rollout under before ``task``'s reference is measured, or ``None``.
+
+        A calibrated limit is never below the floor, so a run that ends within the floor
+        has the verdict it would have under any calibrated limit: the reference needs
+        measuring only for a task with a rollout that runs past the floor, and most
+        tasks of a real batch have none (issue 23: measuring each task's reference
+        first was one more run per task, a fifth of the runs at 5 rollouts per task).
+        A run that hits a time limit under these (:func:`hit_time_limit`) is judged
+        again under the calibrated limits when they are higher.
+
+        Returns:
+            ``(task, limits, calibration)`` for the first try: the time limits capped
+            at the floor, and a calibration saying the reference was not measured; or
+            ``None`` when the limits are known (measured, cached on disk) or must be
+            known first (judges that time each test case; ``floor_first`` off).
+        """
+        if not self.floor_first or task.kind in _PER_CASE_KINDS:
+            return None
+        key = self._key(task, limits)
+        if key in self._measured:
+            return None  # measured, or being measured: calibrate() gives the limits
+        cached = self._read_cache(key)
+        if cached is not None:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result((cached, True))
+            self._measured[key] = future
+            return None
+        wall = min(limits.wall_time_s, self.floor_s)
+        tried = limits.merged(wall_time_s=wall, cpu_time_s=min(limits.cpu_time_s, wall))
+        run = task.run_limits(tried)
+        why = (
+            f"not measured: the run ended within the floor ({self.floor_s:g} s), where "
+            "every calibrated limit gives the same verdict"
+        )
+        calibration = Calibration(
+            Measurement(why_not=why), self.factor, self.floor_s, run.wall_time_s,
+            run.cpu_time_s, task.case_time_limit_s,
+        )  # fmt: skip
+        return task, tried, calibration
 
     def measuring(self, task: Task, limits: Limits) -> asyncio.Future[Any] | None:
         """The measurement of ``task``'s reference under ``limits`` while it is being made.

@@ -73,6 +73,7 @@ class ScoreOptions:
     calibrate_limits: bool
     calibration_factor: float
     calibration_floor: float
+    measure_references: str
     order: str
     ks: str
     warm_pool: bool
@@ -183,6 +184,17 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     "calibration_floor",
     1.0,
     "With --calibrate-limits: FLOOR, in seconds.",
+)
+@click.option(
+    "--measure-references",
+    type=click.Choice(["as-needed", "first"]),
+    default="as-needed",
+    show_default=True,
+    help="With --calibrate-limits: 'as-needed' runs a task's rollouts under FLOOR until "
+    "one hits it, then measures the reference and runs that one again under the "
+    "calibrated limits (same verdicts, no reference run for a task whose rollouts all "
+    "end within FLOOR); 'first' measures each reference before its task's first rollout "
+    "(always so with --broker).",
 )
 @click.option(
     "--order",

@@ -471,6 +471,7 @@ def _load_for_scoring(
         calibrator = Calibrator(
             factor=options.calibration_factor,
             floor_s=options.calibration_floor,
+            floor_first=options.measure_references == "as-needed",
             cache_dir=default_cache_dir(),
             sandbox_name=f"{options.isolation}{'+warm-pool' if options.warm_pool else ''}",
         )

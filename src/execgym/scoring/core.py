@@ -361,47 +361,28 @@ async def _judged(
     base = base or scoring.limits
     calibrator = calibrator or scoring.calibrator
     isolation = scoring.sandbox.name
-    judgement: Judgement | None = None
-    attempt = 0
     judged, calibration = task, None
+
+    async def reference(task: Task, completion: str, limits: Limits) -> Judgement:
+        solution = Rollout(task_id=task.task_id, completion=completion)
+        return await scoring.judge(task, solution, limits)
+
     try:
-        limits = task.limits_over(base)
-        if calibrator is not None:
-
-            async def reference(task: Task, completion: str, limits: Limits) -> Judgement:
-                rollout = Rollout(task_id=task.task_id, completion=completion)
-                return await scoring.judge(task, rollout, limits)
-
+        limits = user_limits = task.limits_over(base)
+        first_try = getattr(calibrator, "first_try", None)
+        tried = first_try(task, limits) if first_try is not None else None
+        if tried is not None:  # under the floor: the reference is measured if it binds
+            judged, limits, calibration = tried
+        elif calibrator is not None:
             judged, limits, calibration = await calibrator.calibrate(task, limits, reference)
+        judgement, attempt = await _attempts(scoring, judged, rollout, limits)
+        if tried is not None and calibrator is not None and _hit_time_limit(judgement):
+            floor_limits = limits
+            judged, limits, calibration = await calibrator.calibrate(task, user_limits, reference)
+            if judged.run_limits(limits) != judged.run_limits(floor_limits):
+                judgement, attempt = await _attempts(scoring, judged, rollout, limits)
     except (TaskError, ConfigError) as error:  # the task's or the settings' fault
         return invalid_result(index, task.task_id, rollout_id, str(error), isolation)
-    for attempt in range(1, SANDBOX_ATTEMPTS + 1):
-        try:
-            judgement = await scoring.judge(judged, rollout, limits)
-        except (TaskError, ConfigError) as error:  # the task's or the settings' fault
-            return invalid_result(index, task.task_id, rollout_id, str(error), isolation)
-        except Error as error:  # the sandbox or the host could not do its job
-            log.warning("sandbox_failed task_id=%s: %s", task.task_id, error)
-            judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"{type(error).__name__}: {error}")
-        except Exception as error:  # our bug: masked, never counted by a breaker
-            log.exception("judge_crashed task_id=%s", task.task_id)
-            judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"internal error: {error!r}")
-        if judgement.verdict is not Verdict.SANDBOX_ERROR:
-            break
-        deterministic = judgement.error is not None and (
-            judgement.error.type in DETERMINISTIC_REFUSALS
-        )
-        log.warning(
-            "sandbox_error task_id=%s attempt=%d%s: %s",
-            task.task_id,
-            attempt,
-            " (deterministic: not retried)" if deterministic else "",
-            judgement.message,
-        )
-        if deterministic:
-            break
-    if judgement is None:  # the loop runs at least once
-        raise RuntimeError("no attempt was made to judge the rollout")
     judgement = await scoring.diagnose(judged, rollout, limits, judgement)
     reward = binary_reward(judgement.verdict)
     breakdown = None
@@ -424,6 +405,52 @@ async def _judged(
         limits=_echoed_limits(task, base, calibration),
         calibration=calibration.to_json() if calibration is not None else None,
     )
+
+
+def _hit_time_limit(judgement: Judgement) -> bool:
+    from execgym.calibration import hit_time_limit
+
+    return hit_time_limit(judgement)
+
+
+async def _attempts(
+    scoring: Scoring, task: Task, rollout: Rollout, limits: Limits
+) -> tuple[Judgement, int]:
+    """Judge the rollout, again after a ``sandbox_error`` (ours); the judgement and tries.
+
+    Raises:
+        TaskError, ConfigError: the task's or the settings' fault (an ``invalid`` result).
+    """
+    judgement: Judgement | None = None
+    attempt = 0
+    for attempt in range(1, SANDBOX_ATTEMPTS + 1):
+        try:
+            judgement = await scoring.judge(task, rollout, limits)
+        except (TaskError, ConfigError):
+            raise
+        except Error as error:  # the sandbox or the host could not do its job
+            log.warning("sandbox_failed task_id=%s: %s", task.task_id, error)
+            judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"{type(error).__name__}: {error}")
+        except Exception as error:  # our bug: masked, never counted by a breaker
+            log.exception("judge_crashed task_id=%s", task.task_id)
+            judgement = Judgement(Verdict.SANDBOX_ERROR, message=f"internal error: {error!r}")
+        if judgement.verdict is not Verdict.SANDBOX_ERROR:
+            break
+        deterministic = judgement.error is not None and (
+            judgement.error.type in DETERMINISTIC_REFUSALS
+        )
+        log.warning(
+            "sandbox_error task_id=%s attempt=%d%s: %s",
+            task.task_id,
+            attempt,
+            " (deterministic: not retried)" if deterministic else "",
+            judgement.message,
+        )
+        if deterministic:
+            break
+    if judgement is None:  # the loop runs at least once
+        raise RuntimeError("no attempt was made to judge the rollout")
+    return judgement, attempt
 
 
 def _echoed_limits(
