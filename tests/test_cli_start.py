@@ -81,10 +81,18 @@ def probed():
     probes.append("execgym.cli.score" in sys.modules)
     return found()
 toolchains._toolchain_paths = probed
+from execgym.sandbox.pool import sandbox as pool_sandbox
+seccomp_loaded = []
+made = pool_sandbox.WarmPoolSandbox.__init__
+def making(self, *args, **kwargs):
+    seccomp_loaded.append("pyseccomp" in sys.modules)
+    made(self, *args, **kwargs)
+pool_sandbox.WarmPoolSandbox.__init__ = making
 def report():
     heavy = [name for name in watched if name in sys.modules]
     line = {"zygotes": len(starts), "heavy": heavy, "commands_loaded_at_probing": probes[:1]}
     line["collecting"] = [*collecting, gc.isenabled()]
+    line["pyseccomp_before_the_sandbox"] = seccomp_loaded
     sys.stderr.write("REPORT " + json.dumps(line) + "\\n")
 atexit.register(report)
 from execgym.cli import main
@@ -117,12 +125,14 @@ def test_a_plain_batch_imports_what_it_uses_and_starts_one_warm_pool(tmp_path: P
     assert verdicts == ["passed", "failed"]
     report = json.loads(done.stderr.split("REPORT ", 1)[1].splitlines()[0])
     # and the toolchains' probes ran while the command's modules were imported, and the
-    # garbage collector waited for the start-up's end (on again for the batch)
+    # garbage collector waited for the start-up's end (on again for the batch), and
+    # pyseccomp (its ldconfig runs) was imported before the sandbox was made
     assert report == {
         "zygotes": 1,
         "heavy": [],
         "commands_loaded_at_probing": [False],
         "collecting": [False, True],
+        "pyseccomp_before_the_sandbox": [True],
     }
 
 

@@ -7,11 +7,13 @@ commands), so ``execgym score`` pays for no other command's imports.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +52,22 @@ COMMANDS = {
 SANDBOXED = ("score",)
 """Commands that make a sandbox before their first result: the toolchains (whose
 directories every sandbox sees) are looked for while the command's modules load."""
+
+
+def _import_soon(name: str) -> None:
+    """Import module ``name`` now on a daemon thread, if it is installed.
+
+    For a module whose import waits on programs (pyseccomp runs ``ldconfig -p`` to find
+    libc and libseccomp): they run on another core while the command's modules load,
+    and the sandbox, made later, finds the module imported. A failure is left for that
+    later import to report.
+    """
+
+    def load() -> None:
+        with contextlib.suppress(ImportError, OSError):
+            importlib.import_module(name)
+
+    threading.Thread(target=load, name=f"execgym-import-{name}", daemon=True).start()
 
 
 _paused: list[bool] = []  # [True] while pause_collection() holds the collector off
@@ -112,6 +130,7 @@ class _Group(click.Group):
             from execgym.toolchains import find_toolchains_soon
 
             find_toolchains_soon()
+            _import_soon("pyseccomp")  # finds its libraries with `ldconfig -p`, twice
             pause_collection()
         return super().resolve_command(ctx, args)
 
