@@ -142,6 +142,27 @@ async def test_nothing_of_the_solution_runs_in_its_loaded_process_between_calls(
     assert result.details["state"] == "fresh"
 
 
+async def test_nothing_of_the_solution_runs_between_function_calls_either(hack_sandbox) -> None:
+    """The function-call harness serves fresh state the same way (its solution's
+    process is :func:`solution_process` too): a ``SIGCHLD`` handler and an at-fork
+    hook counted its cases on main before (2026-12-03)."""
+    hooks = "import os, signal\nsignal.signal(signal.SIGCHLD, _count)\n"
+    hooks += "os.register_at_fork(after_in_parent=_count)\n"
+    task = Task.model_validate(
+        {
+            "task_id": "t",
+            "kind": "function_call",
+            "fn_name": "f",
+            "test_cases": [{"args": [2], "expected": 3}] * 3,
+        }
+    )
+    result = await FunctionCallJudge().judge(
+        task, COUNTS + hooks + SEES_THE_COUNT, hack_sandbox, LIMITS
+    )
+    assert result.verdict is Verdict.PASSED, result.message
+    assert result.details["state"] == "fresh"
+
+
 async def test_objects_the_tests_keep_keep_their_own_state(bwrap_sandbox) -> None:
     """Fresh state is the module's: an object the tests made keeps what they did to it."""
     tests = (
