@@ -361,3 +361,42 @@ def test_pydantic_plugins_are_not_searched_for_only_when_all_are_disabled(
         [sys.executable, "-c", _PLUGINS], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.splitlines() == [first, "pydantic True"]
+
+
+_TORN = """
+import os, sys
+class Torn:
+    def __del__(self, write=os.write):
+        write(2, b"TORN DOWN\\n")
+keep = Torn()
+from execgym.cli import main
+sys.argv = ["execgym", *sys.argv[1:]]
+main()
+"""
+
+
+def test_score_leaves_without_taking_the_interpreter_apart(tmp_path: Path) -> None:
+    # After its exit hooks, the interpreter freed every module's objects one by one
+    # (10-20 ms of CPU for memory the kernel takes back whole): `execgym score` ends
+    # the process after the hooks and the streams' flush; its status is kept.
+    require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ONE_TASK])
+    rollouts = write_jsonl(
+        tmp_path / "r.jsonl", [{"task_id": "t/1", "completion": "    return 1\n"}]
+    )
+    out = tmp_path / "out.jsonl"
+    argv = [sys.executable, "-c", _TORN, "score", str(tasks), str(rollouts), "-o", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "pass@1: 1.0000" in done.stdout
+    assert json.loads(out.read_text())["verdict"] == "passed"
+    assert "TORN DOWN" not in done.stderr
+    missing = subprocess.run(
+        [*argv[:5], str(tmp_path / "none.jsonl"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "does not exist" in missing.stderr
