@@ -11,8 +11,9 @@ normally (the worker drains, uvicorn shuts down) and so report.
   ``execgym worker`` on a redis-server started for the run: the client's peak, the
   worker's, and Redis's own (``used_memory_peak``).
 - :func:`score_served`: ``execgym serve --broker redis://...`` and one worker; the
-  batch is one ``POST /v1/score`` (``wait: true``, the whole answer read and counted),
-  and the service keeps the finished job (with its results) until it stops.
+  batch is one streamed ``POST /v1/score`` (``stream: true``: NDJSON, each results
+  line read and counted as it comes, then the summary line); a streamed job keeps no
+  results.
 """
 
 from __future__ import annotations
@@ -174,20 +175,21 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def score_served(tasks: Path, rollouts: Path, workers: int, folder: Path) -> Run:
-    """``execgym serve --broker redis://...`` and one worker; the batch as one POST."""
+    """``execgym serve --broker redis://...`` and one worker; the batch as one streamed POST."""
     from execgym.testing import free_port
 
     report, log = folder / "serve.rss", folder / "serve.log"
+    items = [json.loads(line) for line in rollouts.read_text().splitlines()]
     body = {
         "tasks": [json.loads(line) for line in tasks.read_text().splitlines()],
-        "rollouts": [json.loads(line) for line in rollouts.read_text().splitlines()],
-        "wait": True,
+        "rollouts": items,
+        "stream": True,
     }
     data = json.dumps(body).encode()
     with _Redis(folder / "redis") as redis:
         worker, worker_report, worker_log = _worker(redis.server.url, workers, folder)
         port = free_port()
-        size = str(max(len(body["rollouts"]), 1))
+        size = str(max(len(items), 1))
         serve = _start(
             ["serve", "--port", str(port), "--broker", redis.server.url, "--max-in-flight", size],
             report,
@@ -202,8 +204,16 @@ def score_served(tasks: Path, rollouts: Path, workers: int, folder: Path) -> Run
                 data=data,
                 headers={"Content-Type": "application/json"},
             )
+            verdicts: dict[str, int] = {}
             with urllib.request.urlopen(request, timeout=3600) as answer:  # noqa: S310 (http://127.0.0.1)
-                job = json.load(answer)
+                for line in answer:
+                    item = json.loads(line)
+                    if "summary" in item:
+                        job = item["summary"]
+                        break
+                    verdicts[item["verdict"]] = verdicts.get(item["verdict"], 0) + 1
+                else:
+                    raise SystemExit("the stream ended without its summary line")
             wall_s = time.perf_counter() - started
         finally:
             _stop(serve, "execgym serve", log)
@@ -213,7 +223,9 @@ def score_served(tasks: Path, rollouts: Path, workers: int, folder: Path) -> Run
             "worker": _peak(worker_report, "execgym worker", worker_log),
             "redis data": redis.peak_mib(),
         }
-    note = f"{job['state']}: {job['finished']} of {job['total']} results {job['counts']}"
+    if verdicts != job["counts"]:
+        raise SystemExit(f"streamed lines {verdicts} differ from the summary {job['counts']}")
+    note = f"{job['state']}: {job['finished']} of {job['total']} results streamed {job['counts']}"
     return Run(peaks, wall_s, note)
 
 

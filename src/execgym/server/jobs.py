@@ -14,7 +14,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -144,6 +145,14 @@ class JobRunner(Protocol):
         """Wait until the job is ``done`` or ``failed`` and return it."""
         ...
 
+    async def stream(self, batch: Batch, *, ordered: bool = True) -> ResultStream:
+        """Accept ``batch`` and return a :class:`ResultStream` of its results.
+
+        Raises:
+            CapacityExceeded: if the batch does not fit in the in-flight capacity.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Stop: cancel running jobs (their sandboxes are reclaimed)."""
         ...
@@ -155,6 +164,86 @@ class _Job:
     finished_at: float | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     results: list[HeldResult] = field(default_factory=list)
+    # A streamed job hands each result to its stream instead (None: the job ended).
+    queue: asyncio.Queue[HeldResult | None] | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+class ResultStream:
+    """A streamed job (``POST /v1/score`` with ``stream: true``): its results as they finish.
+
+    Iterate it for each result once (:class:`HeldResult`), in input order or, with
+    ``ordered=False``, in completion order; then :meth:`summary`. The job keeps no
+    result: one is held here only until it is taken, or, in input order, until every
+    earlier one was. Closing the stream before the end (the client left) cancels the
+    job: its remaining rollouts are not scored and its sandboxes are reclaimed.
+
+    Attributes:
+        job_id: The job's id (not retrievable with ``GET /v1/jobs/{id}``).
+    """
+
+    def __init__(
+        self,
+        job: _Job,
+        queue: asyncio.Queue[HeldResult | None],
+        task: asyncio.Task[None],
+        *,
+        ordered: bool,
+    ) -> None:
+        self.job_id = job.view.job_id
+        self._job = job
+        self._queue = queue
+        self._task = task
+        self._ordered = ordered
+
+    async def __aiter__(self) -> AsyncIterator[HeldResult]:
+        """Each result once, as soon as it may be sent."""
+        waiting: dict[int, HeldResult] = {}  # input order: results before their turn
+        turn = 0
+        while (held := await self._queue.get()) is not None:
+            if not self._ordered:
+                yield held
+                continue
+            waiting[held.index] = held
+            del held
+            while turn in waiting:
+                yield waiting.pop(turn)
+                turn += 1
+        for index in sorted(waiting):  # indices with gaps (never from Service.batch)
+            yield waiting.pop(index)
+
+    def summary(self) -> dict[str, Any]:
+        """The job at its end: job_id, state, total, finished, counts, message."""
+        view = self._job.view
+        return {
+            "job_id": view.job_id,
+            "state": view.state,
+            "total": view.total,
+            "finished": sum(self._job.counts.values()),
+            "counts": dict(self._job.counts),
+            "message": view.message,
+        }
+
+    async def aclose(self) -> None:
+        """Cancel the job if it is still running and wait until it has stopped."""
+        if not self._task.done():
+            self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _drained(items: Sequence[RolloutLine | LineProblem]) -> Iterator[RolloutLine | LineProblem]:
+    """``items`` in order, each dropped from a list once taken.
+
+    A streamed batch's rollouts are then not all held until its job ends.
+    """
+    if not isinstance(items, list):
+        yield from items
+        return
+    for index in range(len(items)):
+        item = items[index]
+        items[index] = None
+        yield item
+        del item
 
 
 class _Jobs(abc.ABC):
@@ -184,17 +273,35 @@ class _Jobs(abc.ABC):
 
     async def submit(self, batch: Batch) -> str:
         """Accept ``batch``; see :meth:`JobRunner.submit`."""
+        job, _ = self._start(batch, None)
+        self._jobs[job.view.job_id] = job
+        return job.view.job_id
+
+    async def stream(self, batch: Batch, *, ordered: bool = True) -> ResultStream:
+        """Accept ``batch`` and stream its results; see :class:`ResultStream`.
+
+        The batch's ``items`` list is emptied as its rollouts are taken.
+
+        Raises:
+            CapacityExceeded: if the batch does not fit in the in-flight capacity.
+        """
+        queue: asyncio.Queue[HeldResult | None] = asyncio.Queue()
+        job, task = self._start(batch, queue)
+        return ResultStream(job, queue, task, ordered=ordered)
+
+    def _start(
+        self, batch: Batch, queue: asyncio.Queue[HeldResult | None] | None
+    ) -> tuple[_Job, asyncio.Task[None]]:
         self._expire()
         self.capacity.reserve(len(batch.items))
         job_id = uuid.uuid4().hex
-        job = _Job(JobView(job_id, "queued", len(batch.items), ()))
-        self._jobs[job_id] = job
+        job = _Job(JobView(job_id, "queued", len(batch.items), ()), queue=queue)
         self._count_submitted(batch)
         log.info("job_submitted", extra={"job_id": job_id, "rollouts": len(batch.items)})
         task = asyncio.create_task(self._score(job, batch), name=f"execgym-job-{job_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return job_id
+        return job, task
 
     def _count_submitted(self, batch: Batch) -> None:
         if self._metrics is None:
@@ -214,6 +321,8 @@ class _Jobs(abc.ABC):
 
     async def _score(self, job: _Job, batch: Batch) -> None:
         items: Iterable[RolloutLine | LineProblem] = batch.items
+        if job.queue is not None:
+            items = _drained(batch.items)
         if self._metrics is not None:
             items = timed(items, self._clock(), self._metrics, self._clock)
         job.view = JobView(job.view.job_id, "running", job.view.total, ())
@@ -224,7 +333,12 @@ class _Jobs(abc.ABC):
             pending -= 1
             run = result.judgement.run if result.judgement else None
             self.capacity.release(1, item_s=run.wall_time_s if run else None)
-            job.results.append(HeldResult.of(result))  # the result itself is dropped
+            held = HeldResult.of(result)  # the result itself is dropped
+            job.counts[held.verdict] += 1
+            if job.queue is not None:
+                job.queue.put_nowait(held)  # the stream's, not the job's
+            else:
+                job.results.append(held)
             if self._on_result is not None:
                 self._on_result(result)
 
@@ -248,6 +362,8 @@ class _Jobs(abc.ABC):
             job.view = JobView(job.view.job_id, state, job.view.total, (), message)
             job.finished_at = self._clock()
             job.done.set()
+            if job.queue is not None:
+                job.queue.put_nowait(None)
 
     async def get(self, job_id: str) -> JobView | None:
         """The job, or ``None``; see :meth:`JobRunner.get`."""

@@ -130,10 +130,11 @@ class BodyLimit:
         replayed = False
 
         async def replay() -> Message:
-            nonlocal replayed
+            nonlocal replayed, body
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
+                given, body = body, b""  # not held here for a (streamed) response's life
+                return {"type": "http.request", "body": given, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)

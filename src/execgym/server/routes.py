@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import hmac
+import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 
 from execgym.limits import MiB
 from execgym.sandbox.base import Status
+from execgym.server.jobs import ResultStream
 from execgym.server.languages import LANGUAGES, utf8
 from execgym.server.programs import (
     LanguageUnavailable,
@@ -19,7 +25,7 @@ from execgym.server.programs import (
     decode_files,
     find_language,
 )
-from execgym.server.responses import job_response, run_code_response, run_response
+from execgym.server.responses import job_response, run_code_response, run_response, utf8_safe
 from execgym.server.run_code import differences, place_files, timeout_note
 from execgym.server.schemas import (
     ErrorResponse,
@@ -224,18 +230,79 @@ async def languages(request: Request) -> dict[str, str]:
     }
 
 
+async def score_request(request: Request) -> ScoreRequest:
+    """The request's body as a :class:`ScoreRequest`, read here rather than by FastAPI.
+
+    Starlette would keep the body (its bytes and its parsed JSON) on the request for the
+    whole response, a streamed one included; read here, nothing of it outlives the batch.
+
+    Raises:
+        RequestValidationError: if the body is not JSON or not a valid request (422).
+    """
+    raw = b"".join([chunk async for chunk in request.stream()])
+    try:
+        data = json.loads(raw)
+    except ValueError as error:
+        problem = {"type": "json_invalid", "loc": ("body", 0), "msg": f"JSON decode error: {error}"}
+        raise RequestValidationError([problem]) from None
+    del raw
+    try:
+        return ScoreRequest.model_validate(data)
+    except ValidationError as error:
+        problems = [{**item, "loc": ("body", *item["loc"])} for item in error.errors()]
+        raise RequestValidationError(problems) from None
+
+
+NDJSON = "application/x-ndjson"
+
+
+def _inlined(model: type[ScoreRequest]) -> dict[str, Any]:
+    """``model``'s JSON schema with its ``$defs`` in place (for the OpenAPI spec)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(value: Any) -> Any:
+        if isinstance(value, dict):
+            ref = value.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {key: inline(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [inline(item) for item in value]
+        return value
+
+    inlined: dict[str, Any] = inline(schema)
+    return inlined
+
+
 @api.post(
     "/v1/score",
     tags=["score"],
     status_code=200,
     response_model=JobResponse,
-    responses={202: {"model": JobResponse}},
+    responses={202: {"model": JobResponse}, 200: {"content": {NDJSON: {}}}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _inlined(ScoreRequest)}},
+        }
+    },
 )
-async def score(body: ScoreRequest, request: Request) -> Response:
-    """Score a batch of rollouts; with ``wait: false``, answer 202 and a job id at once."""
+async def score(request: Request) -> Response:
+    """Score a batch of rollouts; with ``wait: false``, answer 202 and a job id at once.
+
+    With ``stream: true``, answer NDJSON (``application/x-ndjson``): one results line
+    per rollout as it finishes (input order, or completion order with ``order:
+    "completion"``), then ``{"summary": {...}}``. A client that leaves cancels the job.
+    """
+    body = await score_request(request)
     service = service_of(request)
     batch = service.batch(body)
     body.tasks = body.rollouts = None  # the batch has them: not held twice while it runs
+    if body.stream:
+        results = await service.jobs.stream(batch, ordered=body.order == "input")
+        del batch
+        return StreamingResponse(_ndjson(results), media_type=NDJSON)
     job_id = await service.jobs.submit(batch)
     del batch
     headers = {}
@@ -248,6 +315,18 @@ async def score(body: ScoreRequest, request: Request) -> Response:
         raise HTTPException(status.HTTP_410_GONE, f"job {job_id} expired")
     code = status.HTTP_200_OK if body.wait else status.HTTP_202_ACCEPTED
     return Response(job_response(view), code, headers, media_type="application/json")
+
+
+async def _ndjson(results: ResultStream) -> AsyncIterator[bytes]:
+    """Each results line as it may be sent, then the summary line; cancels if cut short."""
+    try:
+        async for held in results:
+            yield held.line + b"\n"
+            del held  # written: not held here
+        summary = {"summary": utf8_safe(results.summary())}
+        yield json.dumps(summary, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    finally:
+        await results.aclose()
 
 
 @api.get(

@@ -174,6 +174,14 @@ class ScoreRequest(BaseModel):
     solutions: Literal["canonical"] | None = None
     limits: TaskLimits | None = Field(None, description="limits for every run")
     wait: bool = Field(True, description="answer with the results (200) or a job id (202)")
+    stream: bool = Field(
+        False,
+        description="answer with NDJSON: one results line per rollout as it finishes, "
+        "then one summary line (wait is then ignored)",
+    )
+    order: Literal["input", "completion"] = Field(
+        "input", description="with stream: results lines in input or completion order"
+    )
 
 
 class JobResponse(BaseModel):
