@@ -12,6 +12,7 @@ closes for all of them.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
@@ -101,6 +102,11 @@ async def test_serve_sends_jobs_to_the_workers_and_shows_their_shared_breakers(
         status = (await client.get("/v1/status")).json()
         reset = await client.post("/v1/breakers/Starved/reset")
         after = (await client.get("/v1/status")).json()
+        streamed = await client.post("/v1/score", json={**BODY, "stream": True})
+    assert streamed.headers["content-type"] == "application/x-ndjson"
+    *lines, summary = [json.loads(line) for line in streamed.text.splitlines()]
+    assert [_comparable(line) for line in lines] == [_comparable(r) for r in remote["results"]]
+    assert summary["summary"]["counts"] == remote["counts"]
     assert never.calls == []  # judged by the worker process, not here
     assert remote["state"] == "done", remote
     verdicts = [r["verdict"] for r in remote["results"]]
