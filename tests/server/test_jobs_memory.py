@@ -37,7 +37,14 @@ async def test_a_finished_job_holds_the_tail_of_each_output_not_all_of_it() -> N
     await runner.aclose()
 
 
+def _scored_rollouts_alive() -> set[int]:
+    gc.collect()
+    return {id(o) for o in gc.get_objects() if isinstance(o, ScoredRollout)}
+
+
 async def test_a_finished_job_holds_its_results_lines_not_the_result_objects() -> None:
+    # Other tests of the same session may keep results alive: count only this job's.
+    before = _scored_rollouts_alive()
     runner = EmbeddedJobRunner(
         FakeSandbox(harness_pass), Capacity(limit=50, workers=2), workers=2, ttl_s=60
     )
@@ -47,11 +54,10 @@ async def test_a_finished_job_holds_its_results_lines_not_the_result_objects() -
     assert view is not None
     assert view.state == "done"
     del view
-    gc.collect()
     # The old job kept each ScoredRollout (its judgement, its run: about 3.3 KB of
     # objects each); it keeps each one's encoded line (about 1.2 KB).
-    held = [o for o in gc.get_objects() if isinstance(o, ScoredRollout)]
-    assert held == []
+    held = _scored_rollouts_alive() - before
+    assert held == set()
     again = await runner.get(job_id)
     assert again is not None
     assert [r.index for r in again.results] == list(range(30))
