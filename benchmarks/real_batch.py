@@ -219,6 +219,7 @@ def execgym_cli(
     seconds: dict[str, float] = defaultdict(float)  # sandbox seconds per verdict
     measured: set[str] = set()
     records: list[dict] = []
+    floor_tries: list[float] = []  # sandbox seconds of floor tries judged again
     with out.open() as results:
         for line in results:
             record = json.loads(line)
@@ -229,12 +230,16 @@ def execgym_cli(
             calibration = record.get("calibration") or {}
             if calibration.get("calibrated") and not calibration.get("cached"):
                 measured.add(record["task_id"])
+            if calibration.get("judged_again"):  # the run under the floor came first
+                floor_tries.append(calibration["floor_try"]["wall_time_s"] or 0)
     total = sum(seconds.values())
     where = ", ".join(
         f"{verdict} {seconds[verdict]:.1f} s ({100 * seconds[verdict] / total:.0f} %)"
         for verdict in sorted(seconds, key=seconds.__getitem__, reverse=True)
     )
     where = f"{where}; references measured: {len(measured)}"
+    if mode != "fixed":
+        where += f"; floor tries judged again: {len(floor_tries)}, {sum(floor_tries):.1f} s more"
     return passed, dict(verdicts), cpu_s, where, records
 
 

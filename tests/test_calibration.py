@@ -313,3 +313,49 @@ async def test_references_are_measured_only_for_tasks_whose_rollouts_run_past_th
     assert slow["calibration"]["reference_wall_time_s"] == 0.2
     # Rollouts after the measurement run under the calibrated limit at once.
     assert results[4].to_json()["limits"]["wall_time_s"] == 2.0
+
+
+async def test_a_floor_try_is_judged_again_only_if_its_verdict_can_change(monkeypatch) -> None:
+    """Both tasks' references take 0.2 s of wall and 0.01 s of CPU: limits 2 s of wall
+    and 1 s (the floor) of CPU. t/1's rollout loops on one core: under the floor it is
+    stopped by the wall clock at 1 s, so it runs again under 2 s (it might have ended by
+    then). t/2's loops on two cores: its CPU time (1 s) runs out at 0.5 s of wall, under
+    the floor as under the calibrated limits, so running it again ends the same way (the
+    old code did: a second run). Each result names its floor try, whose sandbox time is
+    not in its own run's."""
+    tasks, _ = _grouped_batch()
+    items = [
+        RolloutLine(0, Rollout(task_id="t/1", completion="one core")),
+        RolloutLine(1, Rollout(task_id="t/2", completion="two cores")),
+    ]
+    scorer = Scorer(tasks, FakeSandbox([fake_result()]), USER, calibrator=Calibrator())
+    judged: list[tuple[str, str, float, float]] = []
+
+    async def judge(task: Task, rollout: Rollout, limits: Limits) -> Judgement:
+        judged.append((task.task_id, rollout.completion, limits.wall_time_s, limits.cpu_time_s))
+        if rollout.completion == task.reference:
+            return Judgement(Verdict.PASSED, run=fake_result(wall_time_s=0.2, cpu_time_s=0.01))
+        cores = 1 if rollout.completion == "one core" else 2
+        wall = min(limits.wall_time_s, limits.cpu_time_s / cores)
+        hit = "wall_time_s" if wall == limits.wall_time_s else "cpu_time_s"
+        run = fake_result(wall_time_s=wall, cpu_time_s=wall * cores, limit_hit=hit)
+        return Judgement(Verdict.TIMEOUT, run=run)
+
+    monkeypatch.setattr(scorer.scoring, "judge", judge)
+    one_core, two_cores = [r.to_json() for r in await scorer.score(items, workers=1)]
+    assert [call for call in judged if call[1] != TASK.reference] == [
+        ("t/1", "one core", 1.0, 1.0),  # the floor
+        ("t/1", "one core", 2.0, 1.0),  # calibrated: the wall limit grew
+        ("t/2", "two cores", 1.0, 1.0),  # the floor, and not again
+    ]
+    assert one_core["verdict"] == two_cores["verdict"] == "timeout"
+    assert one_core["wall_time_s"] == 1.0  # its run under 2 s: the CPU limit ended it
+    assert one_core["calibration"]["judged_again"] is True
+    assert one_core["calibration"]["floor_try"] == {
+        "verdict": "timeout", "wall_time_s": 1.0, "cpu_time_s": 1.0, "limit_hit": "wall_time_s"
+    }  # fmt: skip
+    assert two_cores["calibration"]["judged_again"] is False
+    assert two_cores["calibration"]["floor_try"]["limit_hit"] == "cpu_time_s"
+    assert (two_cores["limit_hit"], two_cores["cpu_time_s"]) == ("cpu_time_s", 1.0)
+    assert two_cores["limits"]["wall_time_s"] == 2.0  # what its verdict holds under
+    assert two_cores["calibration"]["calibrated"] is True

@@ -20,9 +20,9 @@ calibration each task's limit is measured instead:
 - Measured only where it can matter (``floor_first``, the default): a calibrated limit
   is never below the floor, so a rollout first runs under the floor; the reference is
   measured only when a run hits that limit, and that run is judged again under the
-  calibrated limits when they are higher (:meth:`Calibrator.first_try`). Same verdicts
-  as measuring first, without a reference run for the tasks whose rollouts all end
-  within the floor (most of them).
+  calibrated limits when they are higher (:meth:`Calibrator.first_try`) and its verdict
+  could change (:func:`judge_again`). Same verdicts as measuring first, without a
+  reference run for the tasks whose rollouts all end within the floor (most of them).
 - Never above the user's limit (command line or task), and the user's limit as it is
   where there is no usable reference (none, or it does not pass): a calibrated limit
   can only end a runaway rollout sooner.
@@ -114,6 +114,12 @@ class Calibration:
         cpu_time_s: The calibrated CPU time of each run.
         case_time_limit_s: The calibrated per-case limit, for judges with cases.
         cached: Whether the measurement came from the disk cache.
+        floor_try: The run under the floor that hit a time limit before the reference
+            was measured (see :meth:`Calibrator.first_try`), when there was one:
+            ``{"verdict", "wall_time_s", "cpu_time_s", "limit_hit"}``.
+        judged_again: With ``floor_try``: whether the rollout was judged again under
+            the calibrated limits (the result is that run; the floor try's sandbox
+            time comes on top), or the floor try's verdict stands (:func:`judge_again`).
     """
 
     measurement: Measurement
@@ -123,6 +129,8 @@ class Calibration:
     cpu_time_s: float
     case_time_limit_s: float | None = None
     cached: bool = False
+    floor_try: dict[str, Any] | None = None
+    judged_again: bool | None = None
 
     @property
     def calibrated(self) -> bool:
@@ -144,7 +152,20 @@ class Calibration:
             "cpu_time_s": _round(self.cpu_time_s),
             "case_time_limit_s": _round(self.case_time_limit_s),
             "cached": self.cached,
+            "floor_try": self.floor_try,
+            "judged_again": self.judged_again,
         }
+
+    def after_floor_try(self, judgement: Judgement, judged_again: bool) -> Calibration:
+        """This calibration, saying that the floor try ``judgement`` came first."""
+        run = judgement.run
+        floor_try = {
+            "verdict": judgement.verdict.value,
+            "wall_time_s": _round(run.wall_time_s) if run is not None else None,
+            "cpu_time_s": _round(run.cpu_time_s) if run is not None else None,
+            "limit_hit": run.limit_hit if run is not None else None,
+        }
+        return dataclasses.replace(self, floor_try=floor_try, judged_again=judged_again)
 
 
 def measurement_of(judgement: Judgement) -> Measurement:
@@ -207,6 +228,29 @@ def hit_time_limit(judgement: Judgement) -> bool:
 
     hit = judgement.run.limit_hit if judgement.run is not None else None
     return judgement.verdict is Verdict.TIMEOUT or hit in ("wall_time_s", "cpu_time_s")
+
+
+def judge_again(floor_try: Judgement, floor: Limits, calibrated: Limits) -> bool:
+    """Whether a rollout whose floor try hit a time limit must run under ``calibrated``.
+
+    Not when its verdict cannot change: the calibrated limits are the floor's (the
+    task's limit is the floor), or the floor try was stopped by the CPU clock and the
+    calibrated CPU limit is the same (a calibrated limit is never below the floor, so
+    only the wall limit grew; a run that used the whole CPU limit before the wall one
+    uses it again). Only a program running on more than one core at once gets there
+    (a single thread's CPU time never outruns its wall time), and judging it again
+    would cost a second run that ends the same way.
+
+    Args:
+        floor_try: The judgement of the run under the floor.
+        floor: Its per-run limits (:meth:`Task.run_limits
+            <execgym.tasks.models.Task.run_limits>`).
+        calibrated: The calibrated per-run limits.
+    """
+    if calibrated == floor:
+        return False
+    hit = floor_try.run.limit_hit if floor_try.run is not None else None
+    return not (hit == "cpu_time_s" and calibrated.cpu_time_s == floor.cpu_time_s)
 
 
 def _round(value: float | None) -> float | None:

@@ -377,10 +377,14 @@ async def _judged(
             judged, limits, calibration = await calibrator.calibrate(task, limits, reference)
         judgement, attempt = await _attempts(scoring, judged, rollout, limits)
         if tried is not None and calibrator is not None and _hit_time_limit(judgement):
-            floor_limits = limits
+            floor_limits, floor_try = limits, judgement
             judged, limits, calibration = await calibrator.calibrate(task, user_limits, reference)
-            if judged.run_limits(limits) != judged.run_limits(floor_limits):
+            again = _judge_again(
+                floor_try, judged.run_limits(floor_limits), judged.run_limits(limits)
+            )
+            if again:
                 judgement, attempt = await _attempts(scoring, judged, rollout, limits)
+            calibration = calibration.after_floor_try(floor_try, again)
     except (TaskError, ConfigError) as error:  # the task's or the settings' fault
         return invalid_result(index, task.task_id, rollout_id, str(error), isolation)
     judgement = await scoring.diagnose(judged, rollout, limits, judgement)
@@ -411,6 +415,12 @@ def _hit_time_limit(judgement: Judgement) -> bool:
     from execgym.calibration import hit_time_limit
 
     return hit_time_limit(judgement)
+
+
+def _judge_again(floor_try: Judgement, floor: Limits, calibrated: Limits) -> bool:
+    from execgym.calibration import judge_again
+
+    return judge_again(floor_try, floor, calibrated)
 
 
 async def _attempts(
