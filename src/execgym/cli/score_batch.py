@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # imported when used: the command line starts before they are
     from execgym.cli.score import ScoreOptions
     from execgym.limits import Limits
     from execgym.reward import RewardSpec
-    from execgym.sandbox import Sandbox
+    from execgym.sandbox import PausableSandbox, Sandbox
     from execgym.scoring import ScoredRollout, Scorer
     from execgym.tasks.loaders import LineProblem, RolloutLine
     from execgym.tasks.models import Task
@@ -327,15 +327,19 @@ def prepare_local(
     """
 
     async def prepare() -> tuple[Run, int]:
-        made: concurrent.futures.Future[Sandbox] = concurrent.futures.Future()
+        # The batch's runs go through `made` (its count of runs in flight tells whether
+        # the self-test ran beside any, and it can hold them for a self-test alone).
+        made: concurrent.futures.Future[PausableSandbox] = concurrent.futures.Future()
 
         def make() -> Sandbox:
+            from execgym.sandbox import PausableSandbox
+
             try:
-                made.set_result(options.sandbox())
+                made.set_result(PausableSandbox(options.sandbox()))
             except BaseException as error:
                 made.set_exception(error)
                 raise
-            return made.result()
+            return made.result().inner
 
         making = asyncio.ensure_future(asyncio.to_thread(make))
         loading = asyncio.ensure_future(
@@ -346,7 +350,9 @@ def prepare_local(
         try:
             sandbox = await making
             starting = asyncio.ensure_future(start_sandbox(sandbox))
-            testing = asyncio.ensure_future(_self_test_once_started(starting, sandbox, limits))
+            testing = asyncio.ensure_future(
+                _self_test_once_started(starting, sandbox, made.result(), limits)
+            )
             try:
                 scorer, items = await loading
             finally:
@@ -378,17 +384,20 @@ def prepare_local(
 
 
 async def _self_test_once_started(
-    starting: asyncio.Future[None], sandbox: Sandbox, limits: Limits
+    starting: asyncio.Future[None], sandbox: Sandbox, batch: PausableSandbox, limits: Limits
 ) -> None:
-    """The self-test (:func:`execgym.scoring.selftest.self_test`), once the sandbox started.
+    """The self-test, once the sandbox started, beside the batch's runs (``batch``).
 
     It needs neither the batch's tasks nor its judges: it runs while they are still
-    being loaded, on the warm pool as soon as the zygote is up.
+    being loaded, on the warm pool as soon as the zygote is up. If it fails while a
+    rollout of the batch ran beside it, it runs again alone before it counts
+    (:func:`execgym.scoring.selftest.self_test_beside`): a rollout is the model's
+    program, and one that takes the CPU must not abort the batch.
     """
     await starting
     # Imported off the event loop: the loading thread may be importing the same modules.
     selftest = await asyncio.to_thread(importlib.import_module, "execgym.scoring.selftest")
-    await selftest.self_test(sandbox, limits)
+    await selftest.self_test_beside(sandbox, batch, limits)
 
 
 async def score_after_self_test(
@@ -451,7 +460,7 @@ def _load_for_scoring(
     options: ScoreOptions,
     limits: Limits,
     reward: RewardSpec | None,
-    sandbox: concurrent.futures.Future[Sandbox],
+    sandbox: concurrent.futures.Future[PausableSandbox],
 ) -> tuple[Scorer, Items]:
     """The scorer and the rollouts, made off the event loop's thread.
 

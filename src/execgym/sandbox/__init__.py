@@ -29,6 +29,7 @@ from execgym.sandbox._run import BASE_ENV
 from execgym.sandbox._trusted import register_trusted_program
 from execgym.sandbox.base import BaseSandbox, RunRequest, RunResult, Sandbox, Status
 from execgym.sandbox.bwrap import BubblewrapSandbox, ReadOnlyPath
+from execgym.sandbox.pausable import PausableSandbox
 from execgym.sandbox.pool import WarmPoolSandbox
 from execgym.sandbox.session import Session, SessionClosed, open_session
 from execgym.sandbox.unisolated import UnisolatedSandbox
@@ -105,6 +106,7 @@ __all__ = [
     "BaseSandbox",
     "BubblewrapSandbox",
     "CgroupHost",
+    "PausableSandbox",
     "RunRequest",
     "RunResult",
     "Sandbox",
