@@ -262,11 +262,15 @@ def main() -> None:
         action="store_true",
         help="leave out the calibrated run that reuses the first one's measurements",
     )
+    parser.add_argument(
+        "--keep", metavar="DIR", help="keep each run's results file (and the batch) in DIR"
+    )
     args = parser.parse_args()
     rollouts = make_workload(args.per_task, args.seed)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder = Path(args.keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         rollouts_path = folder / "rollouts.jsonl"
         rollouts_path.write_text("".join(json.dumps(r) + "\n" for r in rollouts))
         configs: list[tuple[str, str, str | None]] = []
