@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -47,6 +48,9 @@ NOT_FOR_A_PLAIN_BATCH = (
     "execgym.judges.pytest_tests",
     "execgym.judges.unittest_tests",
     "execgym.judges.assert_native",
+    "execgym.judges.diagnosis",  # a result without diagnostics
+    "execgym.reward.combine",  # a result without a reward breakdown
+    "execgym.tasks.datasets",  # no --dataset: nor the TaskLimits its modules make
     "execgym.ops.metrics",
     "execgym.reward.spec",
     "execgym.reward.evaluate",
@@ -60,6 +64,10 @@ NOT_FOR_A_PLAIN_BATCH = (
     "ray",
     "redis",
     "tqdm",  # its bar shows on a terminal only
+    # the seccomp filter comes from the program cache (warmed first by the test): no
+    # pyseccomp, whose import ran `ldconfig -p` twice, nor ctypes
+    "pyseccomp",
+    "ctypes",
 )
 
 _WRAPPER = """
@@ -81,18 +89,10 @@ def probed():
     probes.append("execgym.cli.score" in sys.modules)
     return found()
 toolchains._toolchain_paths = probed
-from execgym.sandbox.pool import sandbox as pool_sandbox
-seccomp_loaded = []
-made = pool_sandbox.WarmPoolSandbox.__init__
-def making(self, *args, **kwargs):
-    seccomp_loaded.append("pyseccomp" in sys.modules)
-    made(self, *args, **kwargs)
-pool_sandbox.WarmPoolSandbox.__init__ = making
 def report():
     heavy = [name for name in watched if name in sys.modules]
     line = {"zygotes": len(starts), "heavy": heavy, "commands_loaded_at_probing": probes[:1]}
     line["collecting"] = [*collecting, gc.isenabled()]
-    line["pyseccomp_before_the_sandbox"] = seccomp_loaded
     sys.stderr.write("REPORT " + json.dumps(line) + "\\n")
 atexit.register(report)
 from execgym.cli import main
@@ -116,6 +116,8 @@ def test_a_plain_batch_imports_what_it_uses_and_starts_one_warm_pool(tmp_path: P
             {"task_id": "t/1", "completion": "    return 2\n"},
         ],
     )
+    warm = "from execgym.sandbox._seccomp import seccomp_program as p; p('none'); p('loopback')"
+    subprocess.run([sys.executable, "-c", warm], check=True, timeout=60)  # as any run before
     argv = [sys.executable, "-c", _WRAPPER, json.dumps(NOT_FOR_A_PLAIN_BATCH), "score"]
     argv += [str(tasks), str(rollouts), "-o", str(tmp_path / "out.jsonl"), "--k", "1"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
@@ -125,14 +127,12 @@ def test_a_plain_batch_imports_what_it_uses_and_starts_one_warm_pool(tmp_path: P
     assert verdicts == ["passed", "failed"]
     report = json.loads(done.stderr.split("REPORT ", 1)[1].splitlines()[0])
     # and the toolchains' probes ran while the command's modules were imported, and the
-    # garbage collector waited for the start-up's end (on again for the batch), and
-    # pyseccomp (its ldconfig runs) was imported before the sandbox was made
+    # garbage collector waited for the start-up's end (on again for the batch)
     assert report == {
         "zygotes": 1,
         "heavy": [],
         "commands_loaded_at_probing": [False],
         "collecting": [False, True],
-        "pyseccomp_before_the_sandbox": [True],
     }
 
 
@@ -232,6 +232,40 @@ def test_a_cached_bundle_is_the_bundle(cache_home: Path, monkeypatch: pytest.Mon
         assert guest.bundle("assert_runner") == built
     finally:
         guest.bundle.cache_clear()
+
+
+def test_the_cached_seccomp_filter_is_the_built_one(cache_home: Path) -> None:
+    # Issue 23: every command imported pyseccomp (two `ldconfig -p` runs) and built the
+    # filter; now a process finds it in the program cache, by its inputs.
+    require(importlib.util.find_spec("pyseccomp") is not None, "pyseccomp (pip install pyseccomp)")
+    from execgym.sandbox import _seccomp
+
+    for network in ("none", "loopback"):
+        built = _seccomp.build_seccomp_program(network)
+        _seccomp.seccomp_program.cache_clear()
+        assert _seccomp.seccomp_program(network) == built  # made and written
+        _seccomp.seccomp_program.cache_clear()
+        assert _seccomp.seccomp_program(network) == built  # read back
+    _seccomp.seccomp_program.cache_clear()
+    probe = (
+        "import sys\n"
+        "from execgym.sandbox._seccomp import seccomp_program as program\n"
+        "sys.stdout.write(program('none').hex() + ' ' + str('pyseccomp' in sys.modules))\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home.parent.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == [_seccomp.build_seccomp_program("none").hex(), "False"]
+    # a damaged entry is not loaded into a run: the filter is built again
+    for entry in cache_home.iterdir():
+        if entry.name.startswith("seccomp-") and not entry.name.startswith("seccomp-library"):
+            entry.write_bytes(entry.read_bytes()[:-4])
+    _seccomp.seccomp_program.cache_clear()
+    try:
+        assert _seccomp.seccomp_program("none") == _seccomp.build_seccomp_program("none")
+    finally:
+        _seccomp.seccomp_program.cache_clear()
 
 
 class _SelfTestWatched(UnisolatedSandbox):

@@ -28,7 +28,6 @@ import marshal
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import CodeType
@@ -90,6 +89,8 @@ def cached_bytes(kind: str, inputs: Iterable[bytes], make: Callable[[], bytes]) 
 
 def _write(entry: Path, data: bytes) -> None:
     """Write ``data`` to ``entry`` whole, or not at all (best effort: a full disk is fine)."""
+    import tempfile  # only on a miss: a command with its programs cached needs none
+
     try:
         handle, temporary = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
     except OSError:

@@ -54,22 +54,6 @@ SANDBOXED = ("score",)
 directories every sandbox sees) are looked for while the command's modules load."""
 
 
-def _import_soon(name: str) -> None:
-    """Import module ``name`` now on a daemon thread, if it is installed.
-
-    For a module whose import waits on programs (pyseccomp runs ``ldconfig -p`` to find
-    libc and libseccomp): they run on another core while the command's modules load,
-    and the sandbox, made later, finds the module imported. A failure is left for that
-    later import to report.
-    """
-
-    def load() -> None:
-        with contextlib.suppress(ImportError, OSError):
-            importlib.import_module(name)
-
-    threading.Thread(target=load, name=f"execgym-import-{name}", daemon=True).start()
-
-
 _paused: list[bool] = []  # [True] while pause_collection() holds the collector off
 _whole_process: list[bool] = []  # [True]: the command line is this process's own
 _ran_sandboxed: list[bool] = []  # [True]: the command is one of SANDBOXED
@@ -165,7 +149,9 @@ class _Group(click.Group):
             from execgym.toolchains import find_toolchains_soon
 
             find_toolchains_soon()
-            _import_soon("pyseccomp")  # finds its libraries with `ldconfig -p`, twice
+            # (pyseccomp, whose import ran `ldconfig -p` twice, was imported on a thread
+            # here: the seccomp filter is now kept in the program cache, and pyseccomp
+            # is imported only to build it, execgym.sandbox._seccomp)
             pause_collection()
         return super().resolve_command(ctx, args)
 

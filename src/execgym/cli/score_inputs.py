@@ -195,11 +195,12 @@ def load_inputs(
     :func:`check_inputs`.
     """
     from execgym.tasks import Rollout, RolloutLine, canonical_rollouts, load_tasks
-    from execgym.tasks.datasets import load_builtin
 
     tasks_path, rollouts_path = check_inputs(tasks_path, rollouts_path, dataset, solutions)
     skipped: dict[str, str] = {}
     if dataset:
+        from execgym.tasks.datasets import load_builtin
+
         loaded = load_builtin(dataset)
         tasks = loaded.tasks
         skipped.update(loaded.skipped)  # cannot be judged here: masked, with the reason

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from execgym import guest
@@ -356,6 +355,8 @@ class Builder:
     def _store(self, key: str, payload: bytes) -> None:
         if not self.use_cache:
             return
+        import tempfile  # only on a cache miss: not at every command's start (issue 23)
+
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,15 +13,27 @@ process can still enter the kernel through them.
 
 The list follows Docker's default profile and systemd's ``@mount``, ``@module``,
 ``@debug``, ``@reboot``, ``@swap``, ``@raw-io`` and ``@clock`` groups.
+
+The compiled program is kept between processes (:mod:`execgym.program_cache`), keyed
+by this file, the machine, pyseccomp's file and the libseccomp file it loaded, so a
+command whose filter is cached imports neither pyseccomp nor :mod:`ctypes`, and runs
+no ``ldconfig -p`` (pyseccomp runs it twice to find its libraries): about 10 ms of
+``execgym score``'s start on a loaded 2-core machine (issue 23).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
+import json
 import os
 import socket
+import sys
 from functools import cache
+from pathlib import Path
+
+from execgym.program_cache import cached_bytes
 
 BLOCKED_SYSCALLS = (
     # other processes' memory and state
@@ -59,7 +71,84 @@ _NAMESPACE_FLAGS = (
 
 @cache
 def seccomp_program(network: str, *, tree: bool = True) -> bytes:
-    """The compiled BPF program for bwrap's ``--seccomp`` option.
+    """The compiled BPF program for bwrap's ``--seccomp`` option, cached on disk.
+
+    The same program as :func:`build_seccomp_program`'s, kept in the program cache
+    under everything it is made from: this module's source (the rules), ``network``,
+    ``tree``, the machine, and the files of pyseccomp and of the libseccomp it loads
+    (found once, with ``ldconfig -p``, and kept under the identity of the dynamic
+    linker's cache, ``LD_LIBRARY_PATH`` and pyseccomp's file; an upgrade of either
+    makes both again). Where pyseccomp is not installed or a file cannot be read, it
+    is built as before (and fails as before).
+
+    Raises:
+        ImportError: if pyseccomp or libseccomp is missing (the caller reports it).
+    """
+    library = _library_identity()
+    here = _file_identity(__file__)
+    if library is None or here is None:
+        return build_seccomp_program(network, tree=tree)
+    machine = f"{os.uname().machine}:{sys.byteorder}".encode()
+    inputs = (Path(__file__).read_bytes(), network.encode(), str(tree).encode(), machine, library)
+    program = cached_bytes("seccomp", inputs, lambda: build_seccomp_program(network, tree=tree))
+    if not _whole_program(program):  # a damaged entry (they are written whole): build it
+        return build_seccomp_program(network, tree=tree)
+    return program
+
+
+def _whole_program(program: bytes) -> bool:
+    """Whether ``program`` is whole classic BPF: 8-byte instructions, the last a return."""
+    return bool(program) and len(program) % 8 == 0 and program[-8] & 0x07 == 0x06
+
+
+def _file_identity(path: str) -> bytes | None:
+    """``path``'s real path, size, modification time and inode (``None``: unreadable)."""
+    try:
+        real = os.path.realpath(path)
+        info = os.stat(real)
+    except OSError:
+        return None
+    return json.dumps([real, info.st_size, info.st_mtime_ns, info.st_ino]).encode()
+
+
+def _library_identity() -> bytes | None:
+    """The identity of pyseccomp's file and of the libseccomp file it loads.
+
+    ``None`` when pyseccomp is not installed or a file cannot be read (no caching).
+    """
+    spec = importlib.util.find_spec("pyseccomp")
+    origin = spec.origin if spec is not None else None
+    module = _file_identity(origin) if origin else None
+    if module is None:
+        return None
+    linker = _file_identity("/etc/ld.so.cache") or b"-"
+    search = os.environ.get("LD_LIBRARY_PATH", "").encode()
+    try:
+        where = cached_bytes("seccomp-library", (module, linker, search), _loaded_library)
+    except (ImportError, OSError):
+        return None  # built as before, which says what is missing
+    library = _file_identity(where.decode())
+    return module + library if library is not None else None
+
+
+def _loaded_library() -> bytes:
+    """The path of the libseccomp file pyseccomp loaded (it finds it with ``ldconfig -p``).
+
+    Raises:
+        ImportError, OSError: pyseccomp or libseccomp is missing.
+    """
+    import pyseccomp  # noqa: F401 - loads libseccomp
+
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        for line in maps:
+            path = line.split(maxsplit=5)[-1].strip()
+            if os.path.basename(path).startswith("libseccomp.so"):
+                return path.encode()
+    raise OSError("libseccomp is not mapped after importing pyseccomp")
+
+
+def build_seccomp_program(network: str, *, tree: bool = True) -> bytes:
+    """The compiled BPF program for bwrap's ``--seccomp`` option, built with pyseccomp.
 
     Args:
         network: ``Limits.network``: ``"none"`` also refuses Internet sockets.
@@ -70,7 +159,7 @@ def seccomp_program(network: str, *, tree: bool = True) -> bytes:
             number then (``benchmarks/seccomp_filter.py``).
 
     Returns:
-        The BPF program as bytes (built once per process and network mode).
+        The BPF program as bytes.
 
     Raises:
         ImportError: if pyseccomp or libseccomp is missing (the caller reports it).

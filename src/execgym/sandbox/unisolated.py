@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from execgym.errors import SandboxUnavailable
@@ -66,6 +65,8 @@ class UnisolatedSandbox(BaseSandbox):
         argv, env = request.argv, request.env
         relatives = {safe_relative(name): content for name, content in request.files.items()}
         check_exec_size(argv, {**BASE_ENV, **env})
+        import tempfile  # here: no other sandbox's command needs it at start (issue 23)
+
         work = tempfile.mkdtemp(prefix="execgym-none-")
         try:
             for relative, content in relatives.items():

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from execgym.errors import ConfigError, Error, TaskError
 from execgym.judges.base import Judge, Judgement, JudgeSet, Verdict
-from execgym.judges.diagnosis import checks_for
 from execgym.judges.effective import effective_limits
 from execgym.limits import DEFAULT_LIMITS, Limits
 from execgym.ops.breakers import (
@@ -170,6 +169,10 @@ class Scoring:
 
         They run in the task's sandbox under ``limits`` (:mod:`execgym.diagnostics`).
         """
+        if self.diagnose_checks is None and task.diagnose is None:
+            return judgement  # no checks (checks_for's answer), nor its module imported
+        from execgym.judges.diagnosis import checks_for
+
         if not checks_for(task, self.diagnose_checks):
             return judgement
         completion = extract_code(rollout.completion, task.language)

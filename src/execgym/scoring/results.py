@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execgym.judges.base import ErrorDetail, Judgement, Verdict
-from execgym.judges.diagnosis import Diagnostics
-from execgym.reward import RewardBreakdown
 from execgym.sandbox.base import RunResult, Status
+
+if TYPE_CHECKING:  # imported where a result has them: a plain batch's never do
+    from execgym.judges.diagnosis import Diagnostics
+    from execgym.reward import RewardBreakdown
 
 TAIL_BYTES = 2000
 """How much of the end of stdout and stderr each result keeps."""
@@ -182,6 +184,10 @@ def _from_json(data: Mapping[str, Any], run_status: str | None) -> ScoredRollout
     breakdown = data.get("reward_breakdown")
     limits, calibration = data.get("limits"), data.get("calibration")
     diagnostics = data.get("diagnostics")
+    if diagnostics is not None:
+        from execgym.judges.diagnosis import Diagnostics
+    if breakdown is not None:
+        from execgym.reward import RewardBreakdown
     judgement = Judgement(
         verdict,
         run=run,

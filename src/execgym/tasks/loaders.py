@@ -19,15 +19,33 @@ from typing import Any, BinaryIO
 from pydantic import ValidationError
 
 from execgym.errors import DamagedInput, TaskError
-from execgym.tasks.datasets import DATASETS as _REGISTRY
-from execgym.tasks.datasets import load_builtin
-from execgym.tasks.datasets.humaneval import humaneval_path  # noqa: F401 - re-exported
 from execgym.tasks.models import Rollout, Task
 
 log = logging.getLogger(__name__)
 
-DATASETS = tuple(_REGISTRY)
-"""Names of the built-in data sets (:mod:`execgym.tasks.datasets` has their sources)."""
+
+def __getattr__(name: str) -> Any:
+    """``DATASETS`` and ``humaneval_path``, from :mod:`execgym.tasks.datasets` on first use.
+
+    ``DATASETS``: the names of the built-in data sets (that package has their sources).
+    A batch read from files never loads that package and the task models it builds
+    (issue 23: a few milliseconds of every ``execgym score``'s start).
+
+    Raises:
+        AttributeError: for any other name.
+    """
+    if name == "DATASETS":
+        from execgym.tasks.datasets import DATASETS as registry
+
+        value: Any = tuple(registry)
+    elif name == "humaneval_path":
+        from execgym.tasks.datasets.humaneval import humaneval_path
+
+        value = humaneval_path
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # the same object from now on
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +449,8 @@ def load_dataset(name: str) -> dict[str, Task]:
     Raises:
         TaskNotFound: if ``name`` is not a built-in data set or its file is missing.
     """
+    from execgym.tasks.datasets import load_builtin
+
     return load_builtin(name).tasks
 
 
