@@ -8,7 +8,8 @@ functions of execgym's own files and of the interpreter, so they are kept, as Py
 keeps bytecode in ``__pycache__``, in ``$XDG_CACHE_HOME/execgym/programs``
 (``~/.cache/execgym/programs`` by default), each under the SHA-256 of everything it is
 made from: an upgrade or an edited checkout has other keys, and its entries are made
-again on first use.
+again on first use. The bwrap sandbox's seccomp filter is kept here too
+(:mod:`execgym.sandbox._seccomp`: keyed also by the pyseccomp and libseccomp files).
 
 Trust: an entry is as trusted as execgym's own bytecode (a harness holds the run's
 report channel), so entries are read only from a directory the user owns that no one
