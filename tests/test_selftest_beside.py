@@ -1,4 +1,6 @@
-"""The self-test beside hostile rollouts: a rollout must not be able to abort a batch.
+"""The self-test and the calibration references beside hostile rollouts (issue 23).
+
+A rollout must not be able to abort a batch, nor decide a task's calibration.
 
 ``execgym score`` runs its self-test on the warm pool beside the batch's first
 rollouts (issue 23). Those are the model's programs; one that takes the CPU (spinning
@@ -20,9 +22,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from execgym import Rollout, Scorer, Task
+from execgym.calibration import Calibrator
 from execgym.cli import main
 from execgym.cli.score import ScoreOptions
 from execgym.errors import SandboxSetupFailed
+from execgym.judges.assert_tests import job_nonce
+from execgym.judges.base import START_MARKER
 from execgym.limits import Limits
 from execgym.sandbox import BaseSandbox, PausableSandbox, RunRequest, RunResult, Status
 from execgym.scoring import selftest
@@ -209,3 +215,74 @@ async def test_a_self_test_that_failed_alone_is_not_tried_again() -> None:
     with pytest.raises(SandboxSetupFailed, match="failed its self-test"):
         await selftest.self_test_beside(box, PausableSandbox(box), Limits())
     assert box.events == ["self-test beside 0"]
+
+
+class _ContendedReference(BaseSandbox):
+    """A reference that times out whenever another run is in flight (a starved one).
+
+    A hostile rollout (``# hostile``) stays in flight for 0.2 s; the reference
+    (``# reference``) passes in 0.01 s alone.
+    """
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.events: list[str] = []
+
+    async def run(self, request: RunRequest) -> RunResult:
+        job = request.stdin or b""
+        call = FakeCall([], job, {}, request.limits, True)
+        if b"# hostile" in job:
+            self.in_flight += 1
+            try:
+                await asyncio.sleep(0.2)
+                return harness_pass(call)
+            finally:
+                self.in_flight -= 1
+        if b"# reference" in job:
+            self.events.append(f"reference beside {self.in_flight}")
+            if self.in_flight:  # the harness started; the clock stopped it
+                started = START_MARKER + job_nonce(job) + b"\n"
+                return fake_result(
+                    Status.TIME_LIMIT, limit_hit="wall_time_s", wall_time_s=3.0, report=started
+                )
+        return harness_pass(call)
+
+
+async def test_a_reference_stopped_by_the_clock_beside_a_rollout_is_judged_again_alone(
+    tmp_path: Path,
+) -> None:
+    # The old code kept the starved reference's `timeout` as the task's measurement:
+    # no calibration for the task, in this batch and (cached on disk) every later one.
+    box = _ContendedReference()
+    tasks = {
+        "hostile": Task(
+            task_id="hostile",
+            prompt="def f():\n",
+            entry_point="f",
+            tests="def check(c):\n    pass\n",
+        ),
+        "t/1": Task(
+            task_id="t/1",
+            prompt="def f():\n",
+            entry_point="f",
+            tests="def check(c):\n    assert c() == 1\n",
+            reference="    return 1  # reference\n",
+        ),
+    }
+    calibrator = Calibrator(floor_first=False, cache_dir=tmp_path)
+    scorer = Scorer(tasks, PausableSandbox(box), Limits(wall_time_s=3), calibrator=calibrator)
+    rollouts = [
+        Rollout(task_id="hostile", completion="    pass  # hostile\n"),
+        Rollout(task_id="t/1", completion="    return 1\n"),
+    ]
+    results = sorted(await scorer.score(rollouts, workers=2), key=lambda result: result.index)
+    assert box.events == ["reference beside 1", "reference beside 0"]
+    calibration = results[1].calibration
+    assert calibration is not None
+    assert calibration["calibrated"], calibration
+    assert calibration["wall_time_s"] == 1.0  # the floor: the reference took 0.01 s
+    assert results[1].verdict.value == "passed"
+    cached = [json.loads(path.read_text()) for path in tmp_path.glob("*.json")]
+    assert [entry["why_not"] for entry in cached] == [None]  # the alone measurement

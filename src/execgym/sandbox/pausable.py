@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from execgym.sandbox.base import RunResult, Sandbox, SandboxWrapper
 
@@ -26,16 +27,42 @@ class _Gate:
         self.open.set()
         self.idle = asyncio.Event()
         self.idle.set()
+        self.alone = asyncio.Lock()  # one block alone at a time
+
+
+_HOLDER: contextvars.ContextVar[_Gate | None] = contextvars.ContextVar(
+    "execgym_pausable_holder", default=None
+)
+"""The gate whose :meth:`PausableSandbox.alone` block this code runs in: its runs pass."""
+
+_OWN: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "execgym_pausable_own", default=None
+)
+"""Counts the runs started inside a :meth:`PausableSandbox.watch` block."""
+
+
+class Overlap:
+    """Whether a run of others overlapped a :meth:`PausableSandbox.watch` block.
+
+    Attributes:
+        overlapped: ``True`` once a run not started inside the block was in flight at
+            its start, started during it or was still in flight at its end (set when
+            the block exits).
+    """
+
+    def __init__(self) -> None:
+        self.overlapped = False
 
 
 class PausableSandbox(SandboxWrapper):
     """A batch's sandbox whose new runs can be held back while something runs alone.
 
     Every run goes to ``inner`` (:class:`~execgym.sandbox.base.SandboxWrapper`);
-    this counts the runs in flight and started, and :meth:`alone` holds new runs
-    until the runs in flight have ended and its block is done. Copies (a task's
-    environment, :func:`execgym.environments.routing.with_environment`) share the
-    count and the pause.
+    this counts the runs in flight and started, :meth:`watch` tells whether other
+    runs overlapped a block, and :meth:`alone` holds new runs until the runs in
+    flight have ended and its block is done. Copies (a task's environment,
+    :func:`execgym.environments.routing.with_environment`) share the count and the
+    pause.
 
     Args:
         inner: The sandbox that runs the programs.
@@ -56,10 +83,17 @@ class PausableSandbox(SandboxWrapper):
         return self._gate.started
 
     async def around(self, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
-        """Wait while the sandbox is held (:meth:`alone`), then do the run, counted."""
+        """Wait while the sandbox is held (:meth:`alone`), then do the run, counted.
+
+        A run of the block that holds it (made in its context) is not held.
+        """
         gate = self._gate
-        while not gate.open.is_set():
-            await gate.open.wait()
+        if _HOLDER.get() is not gate:
+            while not gate.open.is_set():
+                await gate.open.wait()
+        own = _OWN.get()
+        if own is not None:
+            own[0] += 1
         gate.in_flight += 1
         gate.started += 1
         gate.idle.clear()
@@ -70,19 +104,45 @@ class PausableSandbox(SandboxWrapper):
             if not gate.in_flight:
                 gate.idle.set()
 
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[Overlap]:
+        """Tell whether runs other than the block's own overlapped it.
+
+        The block's own runs are those it starts through this sandbox (or a copy), in
+        its context (its tasks included). Yields an :class:`Overlap`, decided when the
+        block exits, however it exits.
+        """
+        gate = self._gate
+        seen = Overlap()
+        before_flight, before_started = gate.in_flight, gate.started
+        own = [0]
+        token = _OWN.set(own)
+        try:
+            yield seen
+        finally:
+            _OWN.reset(token)
+            others = gate.started - before_started - own[0]
+            seen.overlapped = before_flight > 0 or others > 0 or gate.in_flight > 0
+
     @contextlib.asynccontextmanager
     async def alone(self) -> AsyncIterator[None]:
         """Hold new runs, wait for those in flight to end, and run the block alone.
 
-        The wait is bounded by the runs' own time limits (each run is killed at its
-        wall time). New runs start again when the block exits, however it exits.
+        The block's own runs (made in its context) go through; one block runs alone
+        at a time. The wait is bounded by the runs' own time limits (each run is killed
+        at its wall time). New runs start again when the block exits, however it exits.
         """
         gate = self._gate
         gate.holds += 1
         gate.open.clear()
         try:
-            await gate.idle.wait()
-            yield
+            async with gate.alone:
+                await gate.idle.wait()
+                token = _HOLDER.set(gate)
+                try:
+                    yield
+                finally:
+                    _HOLDER.reset(token)
         finally:
             gate.holds -= 1
             if not gate.holds:

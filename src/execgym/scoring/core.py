@@ -368,7 +368,7 @@ async def _judged(
 
     async def reference(task: Task, completion: str, limits: Limits) -> Judgement:
         solution = Rollout(task_id=task.task_id, completion=completion)
-        return await scoring.judge(task, solution, limits)
+        return await _judge_reference(scoring, task, solution, limits)
 
     try:
         limits = user_limits = task.limits_over(base)
@@ -412,6 +412,34 @@ async def _judged(
         limits=_echoed_limits(task, base, calibration),
         calibration=calibration.to_json() if calibration is not None else None,
     )
+
+
+async def _judge_reference(
+    scoring: Scoring, task: Task, solution: Rollout, limits: Limits
+) -> Judgement:
+    """Judge a task's reference for its calibration; its verdict never the rollouts'.
+
+    The measurement decides the limits of every rollout of the task and is kept on
+    disk for later batches. A rollout beside it is the model's program and may take
+    the CPU, so a reference stopped by a clock while runs of others overlapped it is
+    judged again alone, where the sandbox can hold the batch's runs
+    (:meth:`execgym.sandbox.PausableSandbox.alone`, as ``execgym score``'s can); only
+    that judgement counts.
+    """
+    watch = getattr(scoring.sandbox, "watch", None)
+    if watch is None:
+        return await scoring.judge(task, solution, limits)
+    with watch() as seen:
+        judgement = await scoring.judge(task, solution, limits)
+    if not (_hit_time_limit(judgement) and seen.overlapped):
+        return judgement
+    log.warning(
+        "reference_judged_alone task_id=%s: it hit a time limit beside other runs (%s)",
+        task.task_id,
+        judgement.message,
+    )
+    async with scoring.sandbox.alone():  # type: ignore[attr-defined]
+        return await scoring.judge(task, solution, limits)
 
 
 def _hit_time_limit(judgement: Judgement) -> bool:
