@@ -94,10 +94,12 @@ def _results(out: Path) -> str:
     return f"{lines} results {verdicts}"
 
 
-def score_here(tasks: Path, rollouts: Path, workers: int, folder: Path) -> Run:
-    """``execgym score`` in this host's warm pool: its peak RSS."""
+def score_here(
+    tasks: Path, rollouts: Path, workers: int, folder: Path, extra: tuple[str, ...] = ()
+) -> Run:
+    """``execgym score`` in this host's warm pool (``extra``: more of its options): its peak RSS."""
     out, report, log = folder / "results.jsonl", folder / "score.rss", folder / "score.log"
-    args = ["score", str(tasks), str(rollouts), "-o", str(out), "--workers", str(workers)]
+    args = ["score", str(tasks), str(rollouts), "-o", str(out), "--workers", str(workers), *extra]
     started = time.perf_counter()
     client = _start([*args, "--k", "1"], report, log)
     if client.wait() != 0:
@@ -139,14 +141,17 @@ def _worker(url: str, workers: int, folder: Path) -> tuple[subprocess.Popen[byte
     return _start(args, report, log), report, log
 
 
-def score_broker(tasks: Path, rollouts: Path, workers: int, folder: Path) -> Run:
-    """``execgym score --broker redis://...`` and one ``execgym worker``: both peaks."""
+def score_broker(
+    tasks: Path, rollouts: Path, workers: int, folder: Path, extra: tuple[str, ...] = ()
+) -> Run:
+    """``execgym score --broker redis://...`` (``extra``: more of its options) and one
+    ``execgym worker``: both peaks."""
     out, report, log = folder / "results.jsonl", folder / "client.rss", folder / "client.log"
     with _Redis(folder / "redis") as redis:
         worker, worker_report, worker_log = _worker(redis.server.url, workers, folder)
         try:
             started = time.perf_counter()
-            args = ["score", str(tasks), str(rollouts), "-o", str(out), "--k", "1"]
+            args = ["score", str(tasks), str(rollouts), "-o", str(out), "--k", "1", *extra]
             client = _start([*args, "--broker", redis.server.url], report, log)
             if client.wait() != 0:
                 raise SystemExit(f"execgym score --broker failed: {log.read_text()[-2000:]}")
@@ -174,9 +179,14 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     raise SystemExit(f"execgym serve did not answer in 120 s: {log.read_text()[-3000:]}")
 
 
-def score_served(tasks: Path, rollouts: Path, workers: int, folder: Path) -> Run:
+def score_served(
+    tasks: Path, rollouts: Path, workers: int, folder: Path, extra: tuple[str, ...] = ()
+) -> Run:
     """``execgym serve --broker redis://...`` and one worker; the batch as one streamed POST."""
     from execgym.testing import free_port
+
+    if extra:
+        raise SystemExit("--score-args is for --surface score and broker, not serve")
 
     report, log = folder / "serve.rss", folder / "serve.log"
     items = [json.loads(line) for line in rollouts.read_text().splitlines()]

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from execgym import Rollout, RolloutLine, Task, Verdict
-from execgym.broker import make_jobs, score_jobs
+from execgym.broker import make_jobs, score_jobs, score_rollouts
 from execgym.broker.ray_actors import ActorConfig
 from execgym.broker.ray_broker import RayBroker, cluster_status
 from execgym.limits import Limits
@@ -135,6 +135,32 @@ async def test_a_batch_through_ray_equals_the_embedded_one(ray_cluster: Any) -> 
     for local, remote in zip(here, messages, strict=True):
         assert _comparable(remote.result) == _comparable(local.to_json())
         assert remote.scored().to_json() == remote.result  # read back whole
+
+
+async def test_a_stream_through_ray_is_read_a_window_ahead_of_its_results(
+    ray_cluster: Any,
+) -> None:
+    broker = RayBroker(config=ActorConfig(warm_pool=False), actors=2, concurrency=1)
+    read = 0
+
+    def items() -> Iterator[RolloutLine]:  # a file's lines, read lazily
+        nonlocal read
+        for index in range(16):
+            read += 1
+            yield RolloutLine(index, Rollout(task_id=SQUARE.task_id, completion=COMPLETIONS[0]))
+
+    ahead, indexes = [], []
+    try:
+        async for scored in score_rollouts(
+            broker, {SQUARE.task_id: SQUARE}, items(), LIMITS, ordered=True, window=4
+        ):
+            indexes.append(scored.index)
+            ahead.append(read - len(indexes))
+    finally:
+        await broker.aclose()
+    # The old client made every job first on Ray (15 read ahead at the first result).
+    assert max(ahead) <= 4, ahead
+    assert indexes == list(range(16))
 
 
 async def test_a_node_killed_mid_batch_loses_and_duplicates_nothing(ray_cluster: Any) -> None:

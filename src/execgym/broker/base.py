@@ -11,6 +11,9 @@ Implementations: :class:`~execgym.broker.memory.MemoryBroker` (in-process, the
 default) and :class:`~execgym.broker.redis_streams.RedisStreamsBroker`. A broker whose
 service can lose data (Redis) also has ``audit(batch_id, job_ids) -> Audit``, which
 :func:`~execgym.broker.client.score_jobs` calls to find lost jobs and queue them again.
+A broker may also have ``forget_results(batch_id, job_ids)``: the batch's caller has
+read those jobs' results, so the broker drops them (and their ids) at once instead of
+keeping them for ``result_ttl_s``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ async def measure_references(
     """``jobs``, each carrying its task's reference measurement, judged once per task.
 
     The references of the jobs' tasks (one per task id, under the limits of the task's
-    first job) go through ``broker`` as a batch of their own first.
+    first job) go through ``broker`` as a batch of their own first
+    (:func:`reference_orders`). The broker client does this per chunk of its window
+    instead, so a batch is never made whole.
 
     Args:
         broker: Where the workers are (Redis, Ray).
@@ -44,14 +46,35 @@ async def measure_references(
     Raises:
         BrokerError: as :func:`execgym.broker.client.score_jobs` raises.
     """
-    from execgym.broker.client import score_jobs
-
     first: dict[str, JobMessage] = {}
     for job in jobs:
         first.setdefault(job.task.task_id, job)
+    orders = await reference_orders(broker, list(first.values()), calibrator)
+    return [job.model_copy(update={"calibration": orders[job.task.task_id]}) for job in jobs]
+
+
+async def reference_orders(
+    broker: Broker, jobs: Sequence[JobMessage], calibrator: Calibrator
+) -> dict[str, CalibrationOrder]:
+    """Each task's calibration: its reference judged once through ``broker``.
+
+    Args:
+        broker: Where the workers are (Redis, Ray).
+        jobs: One job per task (its task and limits are the reference's).
+        calibrator: The factor and floor.
+
+    Returns:
+        ``{task_id: CalibrationOrder}`` for every task of ``jobs`` (one without a
+        reference gets an order that says so: its rollouts keep the batch's limits).
+
+    Raises:
+        BrokerError: as :func:`execgym.broker.client.score_jobs` raises.
+    """
+    from execgym.broker.client import score_jobs
+
     measured = {
-        task_id: Measurement(why_not=NO_REFERENCE)
-        for task_id, job in first.items()
+        job.task.task_id: Measurement(why_not=NO_REFERENCE)
+        for job in jobs
         if not job.task.reference
     }
     batch = f"calibration-{uuid.uuid4().hex}"
@@ -63,16 +86,14 @@ async def measure_references(
             index=number,
             task=job.task,
             rollout=Rollout(
-                task_id=task_id,
+                task_id=job.task.task_id,
                 completion=job.task.reference or "",
-                rollout_id=f"{task_id}#reference",
+                rollout_id=f"{job.task.task_id}#reference",
             ),
             limits=job.limits,
             submitted_at=now,
         )
-        for number, (task_id, job) in enumerate(
-            (task_id, job) for task_id, job in first.items() if task_id not in measured
-        )
+        for number, job in enumerate(j for j in jobs if j.task.task_id not in measured)
     ]
     async for result in score_jobs(broker, references):
         scored = result.scored()
@@ -82,8 +103,7 @@ async def measure_references(
             if judgement is not None
             else Measurement(why_not=f"the reference could not be judged: {scored.message}")
         )
-    orders = {
+    return {
         task_id: CalibrationOrder.of(measurement, calibrator.factor, calibrator.floor_s)
         for task_id, measurement in measured.items()
     }
-    return [job.model_copy(update={"calibration": orders[job.task.task_id]}) for job in jobs]

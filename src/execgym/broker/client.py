@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from execgym.broker.base import Broker
-from execgym.broker.calibrate import measure_references
-from execgym.broker.messages import JobMessage, ResultMessage
+from execgym.broker.calibrate import reference_orders
+from execgym.broker.messages import CalibrationOrder, JobMessage, ResultMessage
 from execgym.broker.window import DEFAULT_WINDOW, Local, Window, run_window
 from execgym.calibration import Calibrator
 from execgym.limits import DEFAULT_LIMITS, Limits
@@ -111,7 +111,9 @@ async def score_jobs(
 
     At most ``window`` jobs are submitted and unanswered at once (see
     :mod:`execgym.broker.window`): the broker's queue and the results waiting to be
-    read stay that small whatever the batch's size.
+    read stay that small whatever the batch's size. The broker keeps each result for
+    ``result_ttl_s`` (the jobs' ids are the caller's: submitting one again gives its
+    stored result, not a second run); :func:`score_rollouts` has them dropped as read.
 
     A batch finishes or fails loudly whatever the broker does: every
     ``audit_interval_s`` the queued, unfinished jobs are checked with the broker
@@ -145,11 +147,6 @@ async def score_jobs(
     if not jobs:
         return
     batch_id = _check_batch(jobs)
-    direct = getattr(broker, "score_jobs", None)
-    if direct is not None:  # a broker that runs jobs itself (Ray): no queue to watch
-        async for result in _in_order(direct(jobs), jobs, ordered):
-            yield result
-        return
     flow = Window(
         broker,
         batch_id,
@@ -159,27 +156,11 @@ async def score_jobs(
         submit_timeout_s,
         outage_timeout_s,
         max_resubmits,
+        direct=getattr(broker, "score_jobs", None),  # Ray: runs the jobs it is fed
     )
     async for got in run_window(flow, audit_interval_s, no_worker_timeout_s):
         if isinstance(got, ResultMessage):  # jobs only: no Local result
             yield got
-
-
-async def _in_order(
-    results: AsyncIterator[ResultMessage], jobs: Sequence[JobMessage], ordered: bool
-) -> AsyncIterator[ResultMessage]:
-    """``results`` as they come, or in the order of ``jobs`` when ``ordered``."""
-    order = {job.job_id: position for position, job in enumerate(jobs)}
-    pending: dict[int, ResultMessage] = {}
-    position = 0
-    async for result in results:
-        if not ordered:
-            yield result
-            continue
-        pending[order[result.job_id]] = result
-        while position in pending:
-            yield pending.pop(position)
-            position += 1
 
 
 async def score_rollouts(
@@ -197,24 +178,37 @@ async def score_rollouts(
 
     ``items`` are read as results come back: at most ``window`` rollouts are in
     flight (sent and unanswered, or unanswered and not yet yielded when ``ordered``),
-    so a batch read from a file is never held whole (see :mod:`execgym.broker.window`).
+    so a batch read from a file is never held whole (see :mod:`execgym.broker.window`),
+    on a queue (Redis) or on a broker that runs jobs itself (Ray) alike. The broker
+    drops each result once it is read (the batch id is this call's own: unlike
+    :func:`score_jobs`' caller's job ids, no one can submit them again), so Redis
+    holds the results in flight, not every result for ``result_ttl_s``.
     Unusable items become ``invalid`` results here, without being sent, in their
     place among the others; ``ordered`` yields a stream's results in its order, a
-    list's by index. With a ``calibrator`` (its factor and floor), on a broker that
-    runs jobs itself (Ray), or for a list in order, the jobs are made first: each
-    task's reference is judged once through the broker and its jobs carry the
-    measurement (:func:`execgym.broker.calibrate.measure_references`).
+    list's by index. With a ``calibrator`` (its factor and floor), each task's
+    reference is judged once through the broker, before the first of its rollouts is
+    sent, and its jobs carry the measurement
+    (:func:`execgym.broker.calibrate.reference_orders`): the references of the tasks
+    a chunk of the window brings in (up to 500 rollouts) are judged together while the
+    rollouts already sent run.
     """
-    whole = calibrator is not None or getattr(broker, "score_jobs", None) is not None
-    if whole or (ordered and isinstance(items, Sequence)):  # a list: sorted by index
-        async for scored in _score_whole(
-            broker, tasks, items, limits, skipped_tasks, ordered, calibrator
-        ):
-            yield scored
-        return
+    if ordered and isinstance(items, Sequence) and not _by_index(items):
+        items = sorted(items, key=lambda item: item.index)  # the caller holds them all
     batch_id = uuid.uuid4().hex
     source = _jobs_of(tasks, items, limits, batch_id, skipped_tasks)
-    flow = Window(broker, batch_id, source, window, ordered, None, 120.0, 3)
+    flow = Window(
+        broker,
+        batch_id,
+        source,
+        window,
+        ordered,
+        None,
+        120.0,
+        3,
+        prepare=None if calibrator is None else _Calibrating(broker, calibrator),
+        direct=getattr(broker, "score_jobs", None),  # Ray: runs the jobs it is fed
+        drop_read=True,  # the batch id is this call's own: no one asks for them again
+    )
     async for result in run_window(flow, 5.0, 600.0):
         yield result.scored if isinstance(result, Local) else result.scored()
 
@@ -249,40 +243,39 @@ def _jobs_of(
         )
 
 
-async def _score_whole(
-    broker: Broker,
-    tasks: Mapping[str, Task],
-    items: Iterable[RolloutLine | LineProblem],
-    limits: Limits,
-    skipped_tasks: Mapping[str, str] | None,
-    ordered: bool,
-    calibrator: Calibrator | None,
-) -> AsyncIterator[ScoredRollout]:
-    """:func:`score_rollouts` with every job made first (calibration, Ray)."""
-    jobs, local = make_jobs(tasks, items, limits)
-    if calibrator is not None:
-        jobs = await measure_references(broker, jobs, calibrator)
-    invalid = sorted(
-        [score_unusable(item, skipped_tasks=skipped_tasks, isolation="remote") for item in local],
-        key=lambda r: r.index,
-    )
-    if not ordered:
-        for scored in invalid:
-            yield scored
-        async for result in score_jobs(broker, jobs):
-            yield result.scored()
-        return
-    waiting = {scored.index: scored for scored in invalid}
-    indexes = sorted([*waiting, *(job.index for job in jobs)])
-    position = 0
-    async for result in score_jobs(broker, jobs):
-        scored = result.scored()
-        waiting[scored.index] = scored
-        while position < len(indexes) and indexes[position] in waiting:
-            yield waiting.pop(indexes[position])
-            position += 1
-    for index in indexes[position:]:
-        yield waiting.pop(index)
+def _by_index(items: Sequence[RolloutLine | LineProblem]) -> bool:
+    """Whether ``items`` are in the order of their indexes already."""
+    return all(items[i].index < items[i + 1].index for i in range(len(items) - 1))
+
+
+class _Calibrating:
+    """Gives each job its task's reference measurement, judged once per task.
+
+    A window's chunk is completed before it is sent: the tasks it brings in that have
+    no measurement yet have their references judged through the broker (one small
+    batch per chunk); only the measurements (one per task) are kept.
+    """
+
+    def __init__(self, broker: Broker, calibrator: Calibrator) -> None:
+        self.broker = broker
+        self.calibrator = calibrator
+        self.orders: dict[str, CalibrationOrder] = {}
+
+    async def __call__(self, items: list[JobMessage | Local]) -> list[JobMessage | Local]:
+        new: dict[str, JobMessage] = {}
+        for item in items:
+            if isinstance(item, JobMessage) and item.task.task_id not in self.orders:
+                new.setdefault(item.task.task_id, item)
+        if new:
+            self.orders.update(
+                await reference_orders(self.broker, list(new.values()), self.calibrator)
+            )
+        return [
+            item.model_copy(update={"calibration": self.orders[item.task.task_id]})
+            if isinstance(item, JobMessage)
+            else item
+            for item in items
+        ]
 
 
 @dataclass

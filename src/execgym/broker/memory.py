@@ -235,5 +235,10 @@ class MemoryBroker:
         """Drop the batch's announcements."""
         self._done.pop(batch_id, None)
 
+    async def forget_results(self, batch_id: str, job_ids: Sequence[str]) -> None:
+        """Drop the stored results of ``job_ids``, which the batch's caller has read."""
+        for job_id in job_ids:
+            self._results.pop(job_id, None)
+
     async def aclose(self) -> None:
         """Nothing to release."""

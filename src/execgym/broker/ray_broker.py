@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,8 +235,15 @@ class RayBroker:
         """Jobs held by the actors now."""
         return sum(slot.held for slot in self._slots)
 
-    async def score_jobs(self, jobs: Sequence[JobMessage]) -> AsyncIterator[ResultMessage]:
+    async def score_jobs(
+        self, jobs: Iterable[JobMessage] | AsyncIterable[JobMessage]
+    ) -> AsyncIterator[ResultMessage]:
         """Score ``jobs`` on the actors; yield one result per job as each finishes.
+
+        ``jobs`` is read as the actors free up (a job is taken only when one has room),
+        so a generator is never read ahead of the cluster: the caller holds the jobs in
+        flight, at most ``2 x concurrency`` per actor, plus those it made itself
+        (:class:`~execgym.broker.window.Window` feeds it its window).
 
         Raises:
             BrokerError: every actor died with jobs left.
@@ -244,49 +251,83 @@ class RayBroker:
         await self.start()
         import ray.exceptions
 
-        waiting: deque[tuple[JobMessage, int]] = deque((job, 1) for job in jobs)
+        source = _async_jobs(jobs)
+        waiting: deque[tuple[JobMessage, int]] = deque()  # jobs to deliver again
         running: dict[asyncio.Future[Any], tuple[JobMessage, int, _Slot]] = {}
-        done: set[str] = set()
+        taking: asyncio.Future[JobMessage] | None = None  # the next job of the source
+        exhausted = False
+        taken = 0
         try:
-            while waiting or running:
+            while True:
                 self._dispatch(waiting, running)
-                if not running and self._slots:  # every actor is full of others' jobs
-                    self._freed.clear()
-                    await self._freed.wait()
-                    continue
-                if not running:
+                if taking is None and not exhausted and not waiting and self._has_room():
+                    taking = asyncio.ensure_future(anext(source))
+                if exhausted and not waiting and not running:
+                    return
+                if not running and taking is None:
+                    if self._slots:  # every actor is full of others' jobs
+                        self._freed.clear()
+                        await self._freed.wait()
+                        continue
                     raise BrokerError(
-                        f"every Ray sandbox actor died; {len(waiting)} of {len(jobs)} jobs "
-                        "were not scored (see the cluster's logs: ray status)"
+                        f"every Ray sandbox actor died; {len(waiting)} of the {taken} jobs "
+                        "taken so far (and any not yet taken) were not scored (see the "
+                        "cluster's logs: ray status)"
                     )
-                finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                pending = {*running, *([taking] if taking is not None else [])}
+                finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if taking is not None and taking in finished:
+                    finished.discard(taking)
+                    try:
+                        waiting.append((taking.result(), 1))
+                        taken += 1
+                    except StopAsyncIteration:
+                        exhausted = True
+                    taking = None
                 for future in finished:
-                    job, attempt, slot = running.pop(future)
-                    slot.held -= 1
-                    self._freed.set()
-                    error = future.exception()
-                    if isinstance(error, ray.exceptions.RayActorError):
-                        self._bury(slot, error)
-                        result = self._again(job, attempt, waiting, str(error))
-                    elif error is not None:
-                        raise error
-                    else:
-                        result = ResultMessage.from_json(future.result())
-                        if (
-                            result.result.get("verdict") == Verdict.SANDBOX_ERROR.value
-                            and attempt < self.max_attempts
-                            and len(self._slots) > 1
-                        ):
-                            waiting.appendleft((job, attempt + 1))  # another node may work
-                            result = None
-                    if result is not None and result.job_id not in done:
-                        done.add(result.job_id)
+                    result = self._finished(future, running, waiting, ray.exceptions)
+                    if result is not None:
                         yield result
         finally:
+            if taking is not None:
+                taking.cancel()
             for future in running:
                 future.cancel()
                 running[future][2].held -= 1
             self._freed.set()
+
+    def _has_room(self) -> bool:
+        return any(slot.held < self._capacity for slot in self._slots)
+
+    def _finished(
+        self,
+        future: asyncio.Future[Any],
+        running: dict[asyncio.Future[Any], tuple[JobMessage, int, _Slot]],
+        waiting: deque[tuple[JobMessage, int]],
+        exceptions: Any,
+    ) -> ResultMessage | None:
+        """The result of a finished delivery, or ``None`` when its job goes again.
+
+        A job is on one actor at a time, so each job gives exactly one result.
+        """
+        job, attempt, slot = running.pop(future)
+        slot.held -= 1
+        self._freed.set()
+        error = future.exception()
+        if isinstance(error, exceptions.RayActorError):
+            self._bury(slot, error)
+            return self._again(job, attempt, waiting, str(error))
+        if error is not None:
+            raise error
+        result = ResultMessage.from_json(future.result())
+        if (
+            result.result.get("verdict") == Verdict.SANDBOX_ERROR.value
+            and attempt < self.max_attempts
+            and len(self._slots) > 1
+        ):
+            waiting.appendleft((job, attempt + 1))  # another node may work
+            return None
+        return result
 
     def _dispatch(
         self,
@@ -393,3 +434,15 @@ async def cluster_status(url: str = "ray", reset: str | None = None) -> dict[str
 
 async def _awaited(ref: Any) -> Any:
     return await ref
+
+
+async def _async_jobs(
+    jobs: Iterable[JobMessage] | AsyncIterable[JobMessage],
+) -> AsyncIterator[JobMessage]:
+    """``jobs`` as an async iterator (a list or generator is read one job at a time)."""
+    if isinstance(jobs, AsyncIterable):
+        async for job in jobs:
+            yield job
+    else:
+        for job in jobs:
+            yield job

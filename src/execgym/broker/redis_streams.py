@@ -519,6 +519,21 @@ class RedisStreamsBroker:
         with contextlib.suppress(BrokerError), self._errors("delete a finished batch's keys"):
             await self.redis.delete(self.keys.done(batch_id), self.keys.batch(batch_id))
 
+    async def forget_results(self, batch_id: str, job_ids: Sequence[str]) -> None:
+        """Delete the results of ``job_ids``, read by the batch's caller, and their ids.
+
+        Each result key (``UNLINK``) and the id in the batch's set (``SREM``), which
+        were otherwise kept for ``result_ttl_s``: 24 h of every result of every batch,
+        about 2 KB a result. Best effort: a failure leaves them to their TTL.
+        """
+        if not job_ids:
+            return
+        with contextlib.suppress(BrokerError), self._errors("delete results already read"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.unlink(*(self.keys.result(job_id) for job_id in job_ids))
+                pipe.srem(self.keys.batch(batch_id), *job_ids)
+                await pipe.execute()
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self.redis.aclose()

@@ -8,6 +8,11 @@ memory than a thousand-rollout one. Each job is kept until its result arrives, s
 job the broker loses (a Redis restarted empty) is still queued again; results announced
 twice are yielded once (a job's id leaves the window with its first result).
 
+A broker that runs jobs itself (Ray: ``score_jobs(jobs)`` instead of a queue) is fed
+the same way: the window hands it jobs through a queue it reads as its actors free up.
+A ``prepare`` hook may complete each chunk of jobs before it is admitted (the broker
+client's ``--calibrate-limits`` measures the chunk's new tasks' references there).
+
 :func:`execgym.broker.client.score_jobs` and
 :func:`~execgym.broker.client.score_rollouts` run their batches through
 :func:`run_window`.
@@ -19,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -35,8 +40,18 @@ log = logging.getLogger("execgym.broker.client")  # its lines have always had th
 SUBMIT_CHUNK = 500
 """Jobs per submit call; after a lost connection, only the current chunk is re-sent."""
 
+FORGET_CHUNK = 200
+"""Results read before the broker is told to drop them, at most (one call per chunk; a
+quarter of the window when that is smaller)."""
+
 DEFAULT_WINDOW = 2000
 """Jobs of one batch submitted and not yet answered, at most (a few KiB each held)."""
+
+Prepare = Callable[[list["JobMessage | Local"]], Awaitable[list["JobMessage | Local"]]]
+"""A chunk of a window's source, completed before it is admitted (same length, order)."""
+
+Direct = Callable[[AsyncIterator[JobMessage]], AsyncIterator[ResultMessage]]
+"""A broker's own ``score_jobs``: scores the jobs it reads, yields a result per job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +113,12 @@ class Window:
         window: Most jobs submitted and not yet answered (yielded, when ``ordered``).
         ordered: Yield in the order of ``source``.
         submit_timeout_s, outage_timeout_s, max_resubmits: As for ``score_jobs``.
+        prepare: Completes each chunk taken from ``source`` before it is admitted.
+        direct: The broker's own ``score_jobs`` (Ray), fed through a queue instead of
+            ``submit``; its results are read instead of ``results``.
+        drop_read: Have the broker drop each result once it is read
+            (``forget_results``): nobody will ask for it again (the job ids are this
+            window's own), so it need not wait out ``result_ttl_s``.
     """
 
     broker: Broker
@@ -116,6 +137,10 @@ class Window:
     next_position: int = 0
     room: asyncio.Event = field(default_factory=asyncio.Event)
     held: dict[int, ResultMessage | Local] = field(default_factory=dict)
+    prepare: Prepare | None = None
+    direct: Direct | None = None
+    drop_read: bool = False
+    handed: asyncio.Queue[JobMessage | None] = field(default_factory=asyncio.Queue)
 
     def _free(self) -> int:
         """Places left in the window (in order: submitted minus yielded)."""
@@ -136,15 +161,21 @@ class Window:
             while self._free() < refill:
                 self.room.clear()
                 await self.room.wait()
-            chunk: list[JobMessage] = []
-            pulled = 0
-            for item in islice(self.source, min(self._free(), SUBMIT_CHUNK)):
-                pulled += 1
-                self._admit(item, chunk)
-            if not pulled:
+            items = list(islice(self.source, min(self._free(), SUBMIT_CHUNK)))
+            if not items:
                 self.exhausted = True
+                self.handed.put_nowait(None)
                 return
-            if chunk:
+            if self.prepare is not None:
+                items = await self.prepare(items)
+            chunk: list[JobMessage] = []
+            for item in items:
+                self._admit(item, chunk)
+            del items
+            if chunk and self.direct is not None:
+                for job in chunk:
+                    self.handed.put_nowait(job)
+            elif chunk:
                 await submit_all(self.broker, chunk, self.submit_timeout_s, self.outage_timeout_s)
                 for job in chunk:
                     entry = self.outstanding.get(job.job_id)
@@ -173,8 +204,18 @@ class Window:
 
     async def read(self) -> None:
         """Pass the broker's announced results on (duplicates included)."""
-        async for result in self.broker.results(self.batch_id, None):
+        results = (
+            self.direct(self._handed())
+            if self.direct is not None
+            else self.broker.results(self.batch_id, None)
+        )
+        async for result in results:
             await self.incoming.put(result)
+
+    async def _handed(self) -> AsyncIterator[JobMessage]:
+        """The jobs :meth:`feed` admitted, for a broker that runs them itself."""
+        while (job := await self.handed.get()) is not None:
+            yield job
 
     async def audit(self, interval_s: float, no_worker_timeout_s: float | None) -> None:
         """Find lost jobs every ``interval_s`` and queue them again.
@@ -286,7 +327,11 @@ async def run_window(
 ) -> AsyncIterator[ResultMessage | Local]:
     """Run ``window``'s batch to its end: yield each job's first result (or Local).
 
-    On success, the broker forgets the batch's announcements (``forget_batch``).
+    On success, the broker forgets the batch's announcements (``forget_batch``). With
+    ``drop_read``, as results are taken, the broker drops them (``forget_results``,
+    where it has it),
+    a few at a time (:data:`FORGET_CHUNK`): they were kept for ``result_ttl_s`` only
+    for this reader, so it holds at most the window's and a chunk's.
 
     Raises:
         What submitting, reading or auditing raised (see :class:`Window`).
@@ -297,6 +342,9 @@ async def run_window(
         asyncio.create_task(window.audit(audit_interval_s, no_worker_timeout_s)),
     ]
     getter: asyncio.Future[ResultMessage | Local] | None = None
+    drop = getattr(window.broker, "forget_results", None) if window.drop_read else None
+    read: list[str] = []  # results taken, for the broker to drop
+    chunk = max(1, min(FORGET_CHUNK, window.window // 4))
     try:
         while not window.finished:
             if getter is None or getter.done():
@@ -308,8 +356,18 @@ async def run_window(
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
             if getter.done():
-                for result in window.settle(getter.result()):
+                got = getter.result()
+                first = got.job_id in window.outstanding
+                if drop is not None and isinstance(got, ResultMessage) and first:
+                    read.append(got.job_id)  # its first result: the caller has it now
+                for result in window.settle(got):
                     yield result
+                full = len(read) >= chunk or window.incoming.empty()
+                if drop is not None and read and full:  # after the yields: no read-ahead
+                    await drop(window.batch_id, read)
+                    read = []
+        if drop is not None and read:
+            await drop(window.batch_id, read)
     finally:
         await cancel_and_wait([*helpers, *([getter] if getter is not None else [])])
     forget = getattr(window.broker, "forget_batch", None)
