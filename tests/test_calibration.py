@@ -359,3 +359,35 @@ async def test_a_floor_try_is_judged_again_only_if_its_verdict_can_change(monkey
     assert (two_cores["limit_hit"], two_cores["cpu_time_s"]) == ("cpu_time_s", 1.0)
     assert two_cores["limits"]["wall_time_s"] == 2.0  # what its verdict holds under
     assert two_cores["calibration"]["calibrated"] is True
+
+
+async def test_rollouts_set_aside_for_a_measuring_reference_are_at_most_a_window(
+    monkeypatch,
+) -> None:
+    """One task, completion order: while its reference is measured, the other sandbox
+    sets the task's rollouts aside. It used to read the whole input into that list
+    (500 of 500 here) before the reference's run ended; now at most the window."""
+    calibrator = Calibrator(floor_first=False)  # the reference measured first
+    scorer = Scorer({"t/1": TASK}, FakeSandbox([fake_result()]), USER, calibrator=calibrator)
+    read = 0
+    read_by_reference_end: list[int] = []
+
+    def items():
+        nonlocal read
+        for index in range(500):
+            read += 1
+            yield RolloutLine(index, Rollout(task_id="t/1", completion="    return 2\n"))
+
+    async def judge(task: Task, rollout: Rollout, limits: Limits) -> Judgement:
+        if rollout.completion == task.reference:
+            for _ in range(20):  # the other sandbox takes items meanwhile
+                await asyncio.sleep(0)
+            read_by_reference_end.append(read)
+        return Judgement(Verdict.PASSED, run=fake_result(wall_time_s=0.05, cpu_time_s=0.02))
+
+    monkeypatch.setattr(scorer.scoring, "judge", judge)
+    results = await scorer.score(items(), workers=2, window=16, collect=False)
+    assert results == []
+    assert read_by_reference_end == [read_by_reference_end[0]]  # measured once
+    assert read_by_reference_end[0] <= 16 + 2, read_by_reference_end
+    assert read == 500

@@ -214,7 +214,8 @@ async def score_batch(
             are handed over first (in order, past the unfinished ones).
         window: Items taken but not yet handed to ``on_result`` in input order, at
             most (default: :data:`REORDER_WINDOW_PER_WORKER` per worker, at least
-            :data:`REORDER_WINDOW_MIN`).
+            :data:`REORDER_WINDOW_MIN`); in either order, the most items set aside
+            while their task's reference is measured (``calibrator``).
         collect: Whether to keep every result and return them. ``False`` keeps
             none (memory stays flat however long the batch) and returns ``[]``.
         output_tail: Keep only the last this many bytes of each result's captured
@@ -241,7 +242,7 @@ async def score_batch(
     results: list[ScoredRollout] = []
     bad_items: list[TypeError] = []
     reorder = _Reorder(on_result if order == "input" else None, room)
-    intake = _Intake(_numbered(items), reorder, _measuring(scoring, tasks, limits))
+    intake = _Intake(_numbered(items), reorder, _measuring(scoring, tasks, limits), room)
 
     async def worker() -> None:
         while not bad_items:
@@ -309,7 +310,10 @@ class _Intake:
     aside instead, and the sandbox takes the next item. Set-aside items keep their
     place in the reorder buffer and are handed out first once their task is measured.
     With rollouts grouped by task (a trainer's group of samples), every sandbox but
-    the measuring one used to wait for each task's reference (issue 23).
+    the measuring one used to wait for each task's reference (issue 23). At most
+    ``most_aside`` items are set aside: then the sandbox waits for a measurement (in
+    completion order, a batch of one task used to be read whole into this list while
+    its reference ran).
     """
 
     def __init__(
@@ -317,7 +321,9 @@ class _Intake:
         iterator: Iterator[RolloutLine | LineProblem],
         reorder: _Reorder,
         waits_for: Callable[[RolloutLine | LineProblem], asyncio.Future[Any] | None],
+        most_aside: int,
     ) -> None:
+        self._most_aside = most_aside
         self._iterator = iterator
         self._reorder = reorder
         self._waits_for = waits_for
@@ -336,7 +342,7 @@ class _Intake:
                     del self._aside[place]
                     return position, item
             pending = [future for future, _, _ in self._aside]
-            if self._exhausted:
+            if self._exhausted or len(pending) >= self._most_aside:
                 if not pending:
                     return None
                 await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
