@@ -206,6 +206,16 @@ async def test_body_limit_is_413() -> None:
         assert streamed.status_code == 413
         small = await client.post("/run_code", json={"code": "print(1)", "language": "python"})
         assert small.status_code == 200
+        # A batch too large says the limit, its setting, and how to send it anyway.
+        rollouts = [{"task_id": "t/1", "completion": "    return 1\n"}] * 40
+        batch = await client.post("/v1/score", json={"tasks": [ONE_TASK], "rollouts": rollouts})
+        assert batch.status_code == 413
+        message = batch.json()["message"]
+        assert "1000 bytes" in message, message
+        assert "--max-body" in message, message
+        assert "several POST /v1/score requests" in message, message
+        assert f"at most {settings.max_batch} rollouts" in message, message
+        assert "execgym score" in message, message
 
 
 async def test_full_capacity_is_429_with_retry_after() -> None:

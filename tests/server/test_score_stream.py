@@ -114,9 +114,17 @@ async def test_a_streamed_batch_sends_every_result_line_once_then_the_summary(
     assert summary["state"] == "done"
     assert summary["total"] == summary["finished"] == 13
     assert summary["counts"] == {"passed": 12, "invalid": 1}
-    # A streamed job's results went to its stream only.
+    # A streamed job's results went to its stream only; its id gives its state and
+    # counts (the old service answered 404: no such job).
     async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
-        assert (await client.get(f"/v1/jobs/{summary['job_id']}")).status_code == 404
+        answer = await client.get(f"/v1/jobs/{summary['job_id']}")
+    assert answer.status_code == 200, answer.text
+    view = answer.json()
+    assert view["streamed"] is True
+    assert view["results"] == []
+    assert {key: view[key] for key in summary if key != "message"} == {
+        key: value for key, value in summary.items() if key != "message"
+    }
 
 
 async def test_a_stream_holds_no_written_result_nor_its_rollout(served: Served) -> None:

@@ -222,6 +222,7 @@ def create_app(
         token=settings.token,
         idle_timeout_s=settings.body_idle_timeout_s,
         min_rate_bytes_per_s=settings.min_body_rate_bytes_per_s,
+        max_batch=settings.max_batch,
     )
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app

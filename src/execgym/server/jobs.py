@@ -104,12 +104,17 @@ class JobView:
     """A job as callers see it.
 
     Attributes:
-        job_id: The id ``submit`` returned.
+        job_id: The id ``submit`` (or ``stream``) returned.
         state: ``queued``, ``running``, ``done`` or ``failed`` (our failure, not the
             code's: ``message`` says why).
         total: Rollouts in the batch.
-        results: Results finished so far, in input order once ``done``.
+        results: Results finished so far, in input order once ``done`` (none for a
+            streamed job: they went to its stream).
         message: Why a job failed.
+        counts: Results so far per verdict, when not counted from ``results`` (a
+            streamed job's).
+        streamed: The job's results go to the stream of the request that made it
+            (``"stream": true``) and are not kept.
     """
 
     job_id: str
@@ -117,6 +122,8 @@ class JobView:
     total: int
     results: Sequence[HeldResult]
     message: str = ""
+    counts: Mapping[str, int] | None = None
+    streamed: bool = False
 
 
 class JobRunner(Protocol):
@@ -179,7 +186,8 @@ class ResultStream:
     job: its remaining rollouts are not scored and its sandboxes are reclaimed.
 
     Attributes:
-        job_id: The job's id (not retrievable with ``GET /v1/jobs/{id}``).
+        job_id: The job's id: ``GET /v1/jobs/{id}`` gives its state and counts (its
+            results are only in the stream).
     """
 
     def __init__(
@@ -225,10 +233,16 @@ class ResultStream:
         }
 
     async def aclose(self) -> None:
-        """Cancel the job if it is still running and wait until it has stopped."""
+        """Cancel the job if it is still running and wait until it has stopped.
+
+        Results not taken (the client left) are dropped: the job itself is kept, for
+        ``GET /v1/jobs/{id}``, with its counts only.
+        """
         if not self._task.done():
             self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        while not self._queue.empty():
+            self._queue.get_nowait()
 
 
 def _drained(items: Sequence[RolloutLine | LineProblem]) -> Iterator[RolloutLine | LineProblem]:
@@ -287,6 +301,7 @@ class _Jobs(abc.ABC):
         """
         queue: asyncio.Queue[HeldResult | None] = asyncio.Queue()
         job, task = self._start(batch, queue)
+        self._jobs[job.view.job_id] = job  # its state and counts, not its results
         return ResultStream(job, queue, task, ordered=ordered)
 
     def _start(
@@ -374,8 +389,11 @@ class _Jobs(abc.ABC):
         job = self._jobs.get(job_id)
         if job is None:
             return None
-        results = sorted(job.results, key=lambda r: r.index)
         view = job.view
+        if job.queue is not None:  # streamed: the results are the stream's
+            counts = dict(job.counts)
+            return JobView(view.job_id, view.state, view.total, (), view.message, counts, True)
+        results = sorted(job.results, key=lambda r: r.index)
         return JobView(view.job_id, view.state, view.total, results, view.message)
 
     async def wait(self, job_id: str) -> JobView | None:

@@ -65,6 +65,7 @@ class BodyLimit:
             grace period before the average rate is checked.
         min_rate_bytes_per_s: Slowest average body rate accepted after the grace
             period, in bytes per second.
+        max_batch: Most rollouts in one ``POST /v1/score`` (said in its 413 answer).
     """
 
     def __init__(
@@ -75,19 +76,32 @@ class BodyLimit:
         token: str | None = None,
         idle_timeout_s: float = 10.0,
         min_rate_bytes_per_s: int = 16 * 1024,
+        max_batch: int | None = None,
     ) -> None:
+        self.max_batch = max_batch
         self.app = app
         self.max_bytes = max_bytes
         self.token = token
         self.idle_timeout_s = idle_timeout_s
         self.min_rate_bytes_per_s = min_rate_bytes_per_s
 
-    def _too_large(self) -> dict[str, Any]:
+    def _too_large(self, path: str, size: int | None) -> dict[str, Any]:
+        given = f" ({size} bytes)" if size is not None else ""
+        how = "send a smaller body"
+        if path.rstrip("/") == "/v1/score":
+            most = f" and at most {self.max_batch} rollouts" if self.max_batch else ""
+            how = (
+                "split the batch's rollouts into several POST /v1/score requests, each "
+                f'under the limit{most} ("stream": true answers each with a line per '
+                "result), or score a rollouts file with `execgym score` (--broker to use "
+                "workers), which reads it line by line whatever its size"
+            )
         return {
             "error": "request_too_large",
-            "message": f"the request body is larger than this server's limit of "
-            f"{self.max_bytes} bytes (EXECGYM_SERVER_MAX_BODY_BYTES); send a smaller "
-            "batch, or ask the operator to raise the limit",
+            "message": f"the request body{given} is larger than this server's limit of "
+            f"{self.max_bytes} bytes ({self.max_bytes / 2**20:.4g} MiB: execgym serve "
+            f"--max-body, EXECGYM_SERVER_MAX_BODY_BYTES); {how}; or ask the operator to "
+            "raise the limit",
         }
 
     def _too_slow(self, size: int, elapsed_s: float) -> dict[str, Any]:
@@ -122,9 +136,9 @@ class BodyLimit:
             await _send_json(send, 401, UNAUTHORIZED, {b"www-authenticate": b"Bearer"})
             return
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _send_json(send, 413, self._too_large())
+            await _send_json(send, 413, self._too_large(scope.get("path", ""), int(declared)))
             return
-        body = await self._read(receive, send)
+        body = await self._read(receive, send, scope.get("path", ""))
         if body is None:
             return
         replayed = False
@@ -139,7 +153,7 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, receive: Receive, send: Send) -> bytes | None:
+    async def _read(self, receive: Receive, send: Send, path: str) -> bytes | None:
         """The whole body, or ``None`` once a refusal was sent (or the client left)."""
         chunks: list[bytes] = []
         size = 0
@@ -163,7 +177,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await _send_json(send, 413, self._too_large())
+                await _send_json(send, 413, self._too_large(path, None))
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):

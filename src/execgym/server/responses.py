@@ -150,14 +150,15 @@ def job_response(view: JobView) -> bytes:
     The results' lines are spliced in as the job keeps them (:class:`HeldResult`):
     an answer of 10,000 results is never a list of 10,000 objects.
     """
-    counts = Counter(result.verdict for result in view.results)
+    counts = view.counts if view.counts is not None else Counter(r.verdict for r in view.results)
     head = {
         "job_id": view.job_id,
         "state": view.state,
         "total": view.total,
-        "finished": len(view.results),
+        "finished": sum(counts.values()),
         "counts": dict(counts),
         "message": utf8_safe(view.message),
+        **({"streamed": True} if view.streamed else {}),
     }
     text = json.dumps(head, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     lines = b",".join(result.line for result in view.results)

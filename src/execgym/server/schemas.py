@@ -193,6 +193,11 @@ class JobResponse(BaseModel):
     finished: int
     counts: dict[str, int] = Field(description="results so far per verdict")
     message: str = ""
+    streamed: bool = Field(
+        False,
+        description='the job was made with "stream": true: its results went to that '
+        "request's answer and are not kept here (results is empty)",
+    )
     results: list[dict[str, Any]] = Field(
         description="one object per rollout, the fields of a results.jsonl line"
     )
