@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from execgym.cli import main
+from execgym.tasks import load_dataset
 from tests.conftest import ONE_TASK, write_jsonl
+
+REFERENCES_FULL = bool(os.environ.get("EXECGYM_REFERENCES_FULL"))  # as tests/datasets/
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -19,14 +23,22 @@ def run(*args: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_quality_scores_every_humaneval_task_with_a_breakdown(bwrap_sandbox, tmp_path) -> None:
+    """HumanEval's references under ``--reward quality``: every 8th task (21) in the suite,
+    all 164 with ``EXECGYM_REFERENCES_FULL=1`` (``--solutions canonical``, which
+    tests/test_cli.py's canonical run covers in the suite)."""
     out = tmp_path / "results.jsonl"
+    if REFERENCES_FULL:
+        rollouts, expected = ["--solutions", "canonical"], 164
+    else:
+        tasks = list(load_dataset("humaneval").values())[::8]
+        lines = [{"task_id": t.task_id, "completion": t.reference} for t in tasks]
+        rollouts, expected = [str(write_jsonl(tmp_path / "refs.jsonl", lines))], len(tasks)
     code, output = run(
-        "score", "--dataset", "humaneval", "--solutions", "canonical", "--reward", "quality",
-        "-o", str(out),
-    )  # fmt: skip
+        "score", "--dataset", "humaneval", *rollouts, "--reward", "quality", "-o", str(out)
+    )
     assert code == 0, output
     results = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(results) == 164
+    assert len(results) == expected
     measured = {"correctness", "static", "complexity", "security", "efficiency"}
     diagnosed = {"leak", "scaling"}  # only with diagnostics (--diagnose or the task's field)
     for result in results:
