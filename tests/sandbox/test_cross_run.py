@@ -24,12 +24,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from execgym.limits import Limits
-from execgym.sandbox import RunResult, Status, WarmPoolSandbox
+from execgym.sandbox import RunResult, Status, WarmPoolSandbox, detect_cgroups
+from tests.conftest import require
 
 TIERS = ["pool", "bwrap", "gvisor"]
 
@@ -200,3 +203,52 @@ async def test_one_run_cannot_exhaust_a_concurrent_runs_per_user_limits(tier) ->
     assert in_flight >= 1000, hogged.stdout
     assert victim.status is Status.OK, victim.stderr
     assert victim.stdout == b"ok ok\n", (victim.stdout, hogged.stdout)
+
+
+SPINNER = b"""
+import os
+r, w = os.pipe()
+for _ in range(60):
+    try:
+        if os.fork() == 0:
+            os.setsid()  # a session each: an autogroup each, without a cpu cgroup
+            os.close(w)
+            os.read(r, 1)
+            while True:
+                pass
+    except OSError:
+        break
+os.close(w)
+while True:
+    pass
+"""
+
+
+async def test_a_run_that_spins_in_many_sessions_does_not_starve_one_beside_it() -> None:
+    # Issue 23: the CPU is shared too. Two runs of 60 spinning processes, each in a
+    # session of its own, held a run beside them that needs 15 ms of CPU past a 0.5 s
+    # wall limit (3 of 3 here, load 26: a correct rollout's `timeout`, or the batch's
+    # self-test failing) while the cgroup v1 `cpu` controller, mounted apart from
+    # `cpuacct` here, was not used: the kernel shared the CPU per session. With a cpu
+    # cgroup per run each run is one entity of the scheduler, as any other.
+    require(shutil.which("bwrap") is not None, "bubblewrap (apt-get install bubblewrap)")
+    host = detect_cgroups()
+    require(
+        host.version == 2
+        or "cpu" in host.parents
+        or (host.parents.get("cpuacct", Path("/nonexistent")) / "cpu.shares").exists(),
+        "a writable cgroup hierarchy with the cpu controller",
+    )
+    async with WarmPoolSandbox() as pool:
+        spinning = Limits(wall_time_s=2.0, cpu_time_s=60)
+        spinners = [
+            asyncio.ensure_future(pool.run_python(SPINNER, limits=spinning)) for _ in range(2)
+        ]
+        await asyncio.sleep(1.4)  # every spinner spins by then (1.3 s at load 25)
+        beside = await pool.run_python(
+            b"print(sum(i * i for i in range(200_000)))\n", limits=Limits(wall_time_s=0.5)
+        )
+        ended = await asyncio.gather(*spinners)
+    assert [result.status for result in ended] == [Status.TIME_LIMIT] * 2
+    assert beside.status is Status.OK, (beside.status, beside.wall_time_s, beside.stderr)
+    assert beside.stdout == b"2666646666700000\n"

@@ -3,10 +3,17 @@
 A run gets its own cgroup below the cgroup execgym itself runs in, so that memory,
 process count and CPU time are limited and measured for the whole process tree, and the
 tree can be killed as one. Hosts differ: most have cgroup v2 (one unified hierarchy);
-some, like CI machines here, mount the v1 controllers ``memory``, ``pids`` and
-``cpuacct`` separately; an ordinary user often has no writable cgroup at all. Then
-:func:`detect_cgroups` says why, and the sandbox falls back to rlimits and says so in
-every result.
+some, like CI machines here, mount the v1 controllers ``memory``, ``pids``,
+``cpuacct`` and ``cpu`` separately; an ordinary user often has no writable cgroup at
+all. Then :func:`detect_cgroups` says why, and the sandbox falls back to rlimits and
+says so in every result.
+
+The ``cpu`` controller (v2: enabled for the children; v1: a cgroup of its own where
+``cpu`` is mounted apart from ``cpuacct``) makes each run ONE entity for the kernel's
+scheduler, weighted as any other: a run's share of the CPU no longer depends on what
+other runs do. Without it a rollout that forks spinning processes, each in a session of
+its own (an autogroup each), took the CPU from the runs beside it until a correct
+rollout, or the self-test, missed a 0.5 s wall limit (issue 23).
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from execgym.limits import Limits
 
 log = logging.getLogger(__name__)
 
-_V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+_V1_CONTROLLERS = ("memory", "pids", "cpuacct", "cpu")
+_V1_OPTIONAL = ("cpuacct", "cpu")
+"""Used where mounted and writable; without them a run is not measured or grouped."""
 _counter = itertools.count()
 
 
@@ -150,11 +159,17 @@ def _detect_v1(mounts: list[tuple[str, str, str, str]], own: dict[str, str]) -> 
     for controller in _V1_CONTROLLERS:
         for root, point, fstype, options in mounts:
             if fstype == "cgroup" and controller in options.split(","):
-                parents[controller] = _inside(root, point, own.get(controller, "/"))
+                parent = _inside(root, point, own.get(controller, "/"))
+                # co-mounted (cpu,cpuacct): one hierarchy, one directory per run
+                if controller not in _V1_OPTIONAL or parent not in parents.values():
+                    parents[controller] = parent
                 break
     missing = [name for name in ("memory", "pids") if name not in parents]
     if missing:
         return CgroupHost(None, reason=f"cgroup v1 controller(s) {missing} are not mounted")
+    for name in _V1_OPTIONAL:
+        if name in parents and not _probe_writable(parents[name]):
+            del parents[name]
     if not all(_probe_writable(parent) for parent in parents.values()):
         return CgroupHost(
             None,
