@@ -282,3 +282,37 @@ async def test_a_cancelled_batch_hands_over_the_results_held_for_ordering() -> N
 async def test_score_rejects_an_unknown_order() -> None:
     with pytest.raises(ValueError, match="order='random'"):
         await Scorer({"t/1": TASK}, FakeSandbox(passing)).score([], order="random")
+
+
+async def test_an_async_iterable_is_read_one_item_at_a_time_within_the_window() -> None:
+    # A trainer's async generator: read as sandboxes free up, never ahead of the window
+    # (the old score_batch refused it: 'async_generator' object is not iterable).
+    read = 0
+    seen: list[int] = []
+
+    async def rollouts():
+        nonlocal read
+        for index in range(40):
+            read += 1
+            await asyncio.sleep(0)
+            yield Rollout(task_id="t/1" if index != 7 else "nope", completion="    return 1\n")
+
+    def on_result(result: ScoredRollout) -> None:
+        seen.append(result.index)
+        ahead.append(read - len(seen))
+
+    ahead: list[int] = []
+    results = await Scorer({"t/1": TASK}, FakeSandbox(passing)).score(
+        rollouts(), workers=3, on_result=on_result, order="input", window=4
+    )
+    assert seen == list(range(40))
+    assert [r.index for r in results] == list(range(40))
+    assert results[7].verdict is Verdict.INVALID
+    assert max(ahead) <= 4, ahead
+
+    async def bad():
+        for item in (Rollout(task_id="t/1", completion=""),) * 2 + ("oops",):
+            yield item
+
+    with pytest.raises(TypeError, match="item 2 is a str"):
+        await Scorer({"t/1": TASK}, FakeSandbox(passing)).score(bad())

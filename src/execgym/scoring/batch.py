@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from execgym.errors import Error
@@ -147,7 +147,8 @@ class Scorer:
 
     async def score(
         self,
-        items: Iterable[Rollout | RolloutLine | LineProblem],
+        items: Iterable[Rollout | RolloutLine | LineProblem]
+        | AsyncIterable[Rollout | RolloutLine | LineProblem],
         *,
         workers: int | None = None,
         on_result: Callable[[ScoredRollout], None] | None = None,
@@ -178,7 +179,8 @@ class Scorer:
 async def score_batch(
     scoring: Scoring,
     tasks: Mapping[str, Task],
-    items: Iterable[Rollout | RolloutLine | LineProblem],
+    items: Iterable[Rollout | RolloutLine | LineProblem]
+    | AsyncIterable[Rollout | RolloutLine | LineProblem],
     *,
     limits: Limits | None = None,
     skipped_tasks: Mapping[str, str] | None = None,
@@ -202,7 +204,9 @@ async def score_batch(
             sandbox is free for it): plain :class:`Rollout` objects (numbered by
             their position, so the first has ``index`` 0), or
             :class:`RolloutLine` and :class:`LineProblem` items from
-            :func:`~execgym.tasks.loaders.load_rollouts`.
+            :func:`~execgym.tasks.loaders.load_rollouts`. An async iterable (an
+            ``async def`` generator fed by a trainer) is read the same way, one item
+            at a time.
         workers: Sandboxes running at once.
         on_result: Called with each result: as soon as it is ready with
             ``order="completion"``; with ``order="input"``, in the order the items
@@ -242,7 +246,8 @@ async def score_batch(
     results: list[ScoredRollout] = []
     bad_items: list[TypeError] = []
     reorder = _Reorder(on_result if order == "input" else None, room)
-    intake = _Intake(_numbered(items), reorder, _measuring(scoring, tasks, limits), room)
+    source = _anumbered(items) if isinstance(items, AsyncIterable) else _numbered(items)
+    intake = _Intake(source, reorder, _measuring(scoring, tasks, limits), room)
 
     async def worker() -> None:
         while not bad_items:
@@ -318,7 +323,7 @@ class _Intake:
 
     def __init__(
         self,
-        iterator: Iterator[RolloutLine | LineProblem],
+        iterator: Iterator[RolloutLine | LineProblem] | AsyncIterator[RolloutLine | LineProblem],
         reorder: _Reorder,
         waits_for: Callable[[RolloutLine | LineProblem], asyncio.Future[Any] | None],
         most_aside: int,
@@ -329,6 +334,7 @@ class _Intake:
         self._waits_for = waits_for
         self._aside: list[tuple[asyncio.Future[Any], int, RolloutLine | LineProblem]] = []
         self._exhausted = False
+        self._reading = asyncio.Lock()  # an async source: one worker reads it at a time
 
     async def take(self) -> tuple[int, RolloutLine | LineProblem] | None:
         """The next item to score and its position, or ``None`` when there are none.
@@ -350,12 +356,23 @@ class _Intake:
             await self._reorder.wait_for_room(*pending)
             if self._reorder.full():
                 continue  # a set-aside item is ready: it is taken first
-            try:
-                item = next(self._iterator)  # shared: each item is taken by one worker
-            except StopIteration:
-                self._exhausted = True
-                continue
-            position = self._reorder.take()  # no await since the check: the window holds
+            if isinstance(self._iterator, AsyncIterator):
+                async with self._reading:
+                    if self._exhausted or self._reorder.full():
+                        continue  # another worker read meanwhile: check again
+                    try:
+                        item = await anext(self._iterator)
+                    except StopAsyncIteration:
+                        self._exhausted = True
+                        continue
+                    position = self._reorder.take()  # under the lock: the window holds
+            else:
+                try:
+                    item = next(self._iterator)  # shared: each item is taken by one worker
+                except StopIteration:
+                    self._exhausted = True
+                    continue
+                position = self._reorder.take()  # no await since the check: the window holds
             measuring = self._waits_for(item)
             if measuring is None:
                 return position, item
@@ -436,13 +453,26 @@ class _Reorder:
             self._emit(self._held.pop(position))
 
 
-def _numbered(items: Iterable[object]) -> Iterator[RolloutLine | LineProblem]:
+async def _anumbered(items: AsyncIterable[object]) -> AsyncIterator[RolloutLine | LineProblem]:
+    """:func:`_numbered` of an async iterable.
+
+    Raises:
+        TypeError: at the first item that is not a rollout.
+    """
+    position = 0
+    async for item in items:
+        for numbered in _numbered([item], position):
+            yield numbered
+        position += 1
+
+
+def _numbered(items: Iterable[object], start: int = 0) -> Iterator[RolloutLine | LineProblem]:
     """Each item as a :class:`RolloutLine` (a bare rollout gets its position as index).
 
     Raises:
         TypeError: at the first item that is not a rollout.
     """
-    for position, item in enumerate(items):
+    for position, item in enumerate(items, start):
         if isinstance(item, Rollout):
             yield RolloutLine(position, item)
         elif isinstance(item, RolloutLine | LineProblem):
