@@ -210,9 +210,9 @@ def become_program(header, fds, seccomp, end):
         check(libc.capset(header_v3, (ctypes.c_uint32 * 6)()), "capset")
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     load_seccomp(seccomp)
-    import random
-
-    random.seed()
+    random = sys.modules.get("random")  # not preloaded: a run's own import seeds it
+    if random is not None:
+        random.seed()
     set_environ(header["env"])
     sys.argv = ["runner.py"]
     sys.stdin = open(0, encoding="utf-8", closefd=False)
