@@ -83,7 +83,14 @@ def test_scaling_reward(fits: dict[str, Diagnostics]) -> None:
     linear = Judgement(Verdict.PASSED, diagnostics=fits["linear"])
     quadratic = Judgement(Verdict.PASSED, diagnostics=fits["quadratic"])
     assert scaling_score(linear, spec).score == 1.0
-    assert scaling_score(quadratic, spec).score == 0.0
+    # The reference is linear, but its fit may read O(n log n) on a loaded host (the
+    # test above allows either): the quadratic is then one class from it, not two, and
+    # Scaling's classes_to_zero=2 gives 0.5 (a full suite under load saw exactly that).
+    fit = fits["quadratic"].complexity
+    assert fit is not None, fits
+    reference = fit.data["reference"]["class"]
+    expected = {"O(n)": 0.0, "O(n log n)": 0.5}[reference]
+    assert scaling_score(quadratic, spec).score == expected, reference
 
 
 def test_a_different_answer_at_a_timed_size_scores_zero(fits: dict[str, Diagnostics]) -> None:
