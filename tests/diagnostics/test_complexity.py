@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from execgym.diagnostics import Diagnoser, Diagnostics
+from execgym.diagnostics.fit import CLASSES
 from execgym.judges.base import Judgement, Verdict
 from execgym.limits import Limits
 from execgym.reward.evaluate import scaling_score
@@ -79,18 +80,32 @@ def test_linear_and_quadratic_are_told_apart(fits: dict[str, Diagnostics]) -> No
 
 
 def test_scaling_reward(fits: dict[str, Diagnostics]) -> None:
+    """Scaling's score is 1 - (classes above the reference) / classes_to_zero, floored at 0.
+
+    Between n = 500 and 4000 the linear solution and its (identical) reference each fit
+    O(n) or O(n log n), the two fits the test above accepts (the log factor is 1.3x over
+    that range, within a host's noise); two full suites on 2026-12-03 (one quiet, one beside
+    a pip install) saw the reference fit O(n log n) once (the quadratic then scored 0.5)
+    and the linear model fit O(n log n) beside an O(n) reference once (it scored 0.5). So the
+    expected score follows the classes fitted, and the quadratic must score below the
+    linear solution or tie with it (one class of noise on each side), whatever they are.
+    """
     spec = Scaling()
-    linear = Judgement(Verdict.PASSED, diagnostics=fits["linear"])
-    quadratic = Judgement(Verdict.PASSED, diagnostics=fits["quadratic"])
-    assert scaling_score(linear, spec).score == 1.0
-    # The reference is linear, but its fit may read O(n log n) on a loaded host (the
-    # test above allows either): the quadratic is then one class from it, not two, and
-    # Scaling's classes_to_zero=2 gives 0.5 (a full suite under load saw exactly that).
-    fit = fits["quadratic"].complexity
-    assert fit is not None, fits
-    reference = fit.data["reference"]["class"]
-    expected = {"O(n)": 0.0, "O(n log n)": 0.5}[reference]
-    assert scaling_score(quadratic, spec).score == expected, reference
+    ranks = {name: rank for rank, (name, _) in enumerate(CLASSES)}
+
+    def expected(diagnostics: Diagnostics) -> float:
+        fit = diagnostics.complexity
+        assert fit is not None, diagnostics
+        assert fit.status == "measured", fit
+        steps = ranks[fit.data["model"]["class"]] - ranks[fit.data["reference"]["class"]]
+        return 1.0 if steps <= 0 else max(0.0, 1.0 - steps / spec.classes_to_zero)
+
+    linear = scaling_score(Judgement(Verdict.PASSED, diagnostics=fits["linear"]), spec)
+    quadratic = scaling_score(Judgement(Verdict.PASSED, diagnostics=fits["quadratic"]), spec)
+    assert linear.score == expected(fits["linear"]), linear
+    assert quadratic.score == expected(fits["quadratic"]), quadratic
+    assert linear.score >= 0.5, linear  # at most one class from its own reference
+    assert quadratic.score <= 0.5, quadratic  # at least one class above it
 
 
 def test_a_different_answer_at_a_timed_size_scores_zero(fits: dict[str, Diagnostics]) -> None:
